@@ -1,0 +1,1 @@
+"""raygpu: make Ray and Kubernetes agree about GPUs."""

@@ -1,0 +1,61 @@
+"""The small error vocabulary of raygpu.
+
+Every exception raygpu raises derives from :class:`RayGpuError`:
+
+* :class:`TransientError` - retry after ``delay_s`` (bounded by the caller).
+* :class:`PermanentError` - retrying cannot help (bad input, missing object, denied).
+* :class:`InfeasibleError` - a request that can never fit the cluster's templates;
+  it names the bundle, the resource and the limit.
+* :class:`ConflictError` - an optimistic-concurrency test failed; re-read and re-plan.
+"""
+
+from __future__ import annotations
+
+
+class RayGpuError(Exception):
+    """Base of every raygpu error."""
+
+
+class TransientError(RayGpuError):
+    """A failure that may pass: retry after ``delay_s`` seconds."""
+
+    def __init__(self, message: str, delay_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+class PermanentError(RayGpuError):
+    """A failure that retrying cannot fix."""
+
+
+class ConflictError(TransientError):
+    """The object changed between read and write (resourceVersion test failed)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, delay_s=0.0)
+
+
+class InfeasibleError(PermanentError):
+    """A request that no template of the cluster can ever satisfy.
+
+    ``bundle_index`` and ``resource`` say which bundle and which resource;
+    ``requested`` and ``limit`` the numbers; ``template`` the largest template
+    that exists for that resource (or None when there is none).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        bundle_index: int | None = None,
+        resource: str | None = None,
+        requested: float | None = None,
+        limit: float | None = None,
+        template: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.bundle_index = bundle_index
+        self.resource = resource
+        self.requested = requested
+        self.limit = limit
+        self.template = template

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Build every Go component of the raygpu testbed from the Go module proxy.
+#
+# Output: $RAYGPU_CACHE/bin/<set>-<versions>/ (default ~/.cache/raygpu), one
+# folder per version set, reused when present (a ".done" stamp marks success).
+# GOCACHE / GOMODCACHE are Go's defaults (outside the repo) and are reused.
+# Prints how long each set took; exits non-zero naming the component that failed.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.34.7}"          # kube-apiserver/scheduler/controller-manager/kubectl
+SCHED_PLUGINS_VERSION="${SCHED_PLUGINS_VERSION:-v0.34.7}"  # released for k8s 1.34.7
+KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"   # k8s 0.34 libs: shares the k8s module
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+
+CACHE="${RAYGPU_CACHE:-$HOME/.cache/raygpu}"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+mkdir -p "$CACHE/bin" "$CACHE/src"
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+stamp_ok() { [ -f "$1/.done" ]; }
+
+# ---- set 1: kubernetes + scheduler-plugins + kuberay (one module, one compile)
+build_k8s() {
+  local out="$CACHE/bin/k8s-$K8S_VERSION-sp-$SCHED_PLUGINS_VERSION-kuberay-$KUBERAY_VERSION"
+  if stamp_ok "$out"; then log "k8s set cached: $out"; echo "$out"; return; fi
+  local t0=$SECONDS src="$CACHE/src/k8s-$K8S_VERSION"
+  mkdir -p "$src" "$out"
+  log "k8s set: resolving k8s.io/kubernetes@$K8S_VERSION"
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  local minor="${K8S_VERSION#v1.}"; local staging="v0.${minor}"
+  {
+    echo "module raygpu.local/k8sbuild"
+    echo
+    echo "go 1.24.0"
+    echo
+    echo "require ("
+    echo "  k8s.io/kubernetes $K8S_VERSION"
+    echo "  sigs.k8s.io/scheduler-plugins $SCHED_PLUGINS_VERSION"
+    echo "  github.com/ray-project/kuberay/ray-operator $KUBERAY_VERSION"
+    echo ")"
+    echo
+    echo "replace ("
+    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging" '{print "  " $1 " => " $1 " " v}'
+    echo ")"
+  } > "$src/go.mod"
+  cat > "$src/tools.go" <<GO
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "sigs.k8s.io/scheduler-plugins/cmd/scheduler"
+	_ "sigs.k8s.io/scheduler-plugins/cmd/controller"
+	_ "github.com/ray-project/kuberay/ray-operator"
+)
+GO
+  (cd "$src" && go mod tidy) || { log "FAILED: go mod tidy for the k8s set (k8s.io/kubernetes@$K8S_VERSION, scheduler-plugins@$SCHED_PLUGINS_VERSION, kuberay@$KUBERAY_VERSION)"; exit 1; }
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*} -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
+  log "k8s set: compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
+  (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl) \
+    || { log "FAILED: kubernetes binaries $K8S_VERSION"; exit 1; }
+  log "k8s set: compiling scheduler-plugins $SCHED_PLUGINS_VERSION (scheduler, controller)"
+  (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/sp-scheduler" sigs.k8s.io/scheduler-plugins/cmd/scheduler \
+      && go build -trimpath -ldflags "$ld" -o "$out/sp-controller" sigs.k8s.io/scheduler-plugins/cmd/controller) \
+    || { log "FAILED: scheduler-plugins $SCHED_PLUGINS_VERSION"; exit 1; }
+  log "k8s set: compiling kuberay ray-operator $KUBERAY_VERSION"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out/ray-operator" github.com/ray-project/kuberay/ray-operator) \
+    || { log "FAILED: kuberay ray-operator $KUBERAY_VERSION"; exit 1; }
+  # CRDs straight from the modules the binaries were built from.
+  local moddir; moddir=$(go env GOMODCACHE)
+  mkdir -p "$out/crds/kuberay" "$out/crds/scheduler-plugins"
+  cp "$moddir/github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION"/config/crd/bases/*.yaml "$out/crds/kuberay/"
+  cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/crds/*.yaml "$out/crds/scheduler-plugins/"
+  chmod -R u+w "$out/crds"
+  echo "$((SECONDS - t0))" > "$out/.build_seconds"
+  touch "$out/.done"
+  log "k8s set built in $((SECONDS - t0)) s"
+  echo "$out"
+}
+
+# ---- set 2..4: modules without replace lines: go install with GOBIN
+build_install() {  # name version pkg crd_subdir
+  local name=$1 ver=$2 pkg=$3 crds=${4:-}
+  local out="$CACHE/bin/$name-$ver"
+  if stamp_ok "$out"; then log "$name cached: $out"; echo "$out"; return; fi
+  local t0=$SECONDS; mkdir -p "$out"
+  log "$name: go install $pkg@$ver"
+  GOBIN="$out" go install -trimpath -ldflags "-s -w" "$pkg@$ver" || { log "FAILED: $name $pkg@$ver"; exit 1; }
+  if [ -n "$crds" ]; then
+    local mod="${pkg%%/cmd/*}"; local moddir; moddir=$(go env GOMODCACHE)
+    mkdir -p "$out/crds"; cp -r "$moddir/$mod@$ver/$crds"/. "$out/crds/"; chmod -R u+w "$out/crds"
+  fi
+  echo "$((SECONDS - t0))" > "$out/.build_seconds"
+  touch "$out/.done"; log "$name built in $((SECONDS - t0)) s"; echo "$out"
+}
+
+# ---- etcd: its server module has replace lines -> wrapper module
+build_etcd() {
+  local out="$CACHE/bin/etcd-$ETCD_VERSION"
+  if stamp_ok "$out"; then log "etcd cached: $out"; echo "$out"; return; fi
+  local t0=$SECONDS src="$CACHE/src/etcd-$ETCD_VERSION"; mkdir -p "$src" "$out"
+  cat > "$src/go.mod" <<MOD
+module raygpu.local/etcdbuild
+
+go 1.26.0
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+MOD
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' > "$src/tools.go"
+  (cd "$src" && go mod tidy && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3) \
+    || { log "FAILED: etcd $ETCD_VERSION"; exit 1; }
+  echo "$((SECONDS - t0))" > "$out/.build_seconds"
+  touch "$out/.done"; log "etcd built in $((SECONDS - t0)) s"; echo "$out"
+}
+
+T0=$SECONDS
+only="${1:-all}"
+case "$only" in
+  all|etcd) build_etcd >/dev/null ;;& 
+  all|kwok) build_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kustomize/stage >/dev/null ;;&
+  all|k8s) build_k8s >/dev/null ;;&
+  all|kueue) build_install kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue config/components >/dev/null ;;&
+  *) ;;
+esac
+log "all components ready in $((SECONDS - T0)) s (cache: $CACHE/bin)"
