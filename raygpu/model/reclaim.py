@@ -1,0 +1,131 @@
+"""What the idle-node reclaimer decides: a policy in, a plan out.
+
+``plan.reclaim.plan_reclaim(snapshot, cluster, policy, now_s)`` turns these into
+a :class:`ReclaimPlan`. The plan is data: it names every worker pod it looked at
+with one :class:`Decision` (keep or delete, and why), and one
+:class:`GroupScaleDown` per worker group it shrinks. Applying it (one JSON patch
+that starts with a ``test`` on the RayCluster's ``metadata.resourceVersion``) is
+the caller's job, and only when ``policy.mode`` is ``on``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RESERVATION_LABEL = "raygpu.io/reservation"  # pod label naming the gang reservation it belongs to
+RESERVATION_GROUP_PREFIX = "rg-"  # worker groups that carry a reservation
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+
+class ReclaimMode(str, Enum):
+    OFF = "off"  # do not plan, do not write
+    DRY_RUN = "dry-run"  # plan and report (events, metrics), never write
+    ON = "on"  # plan and apply
+
+
+class ReclaimPolicy(_Frozen):
+    """The reclaimer's knobs; the sidecar builds it from the cluster's annotations.
+
+    ``mode`` does not change the plan: the same plan is computed in ``dry-run``
+    and ``on``, so a dry run shows exactly what ``on`` would do.
+    """
+
+    idle_timeout_s: float = Field(default=600.0, ge=0)
+    group_idle_timeout_s: dict[str, float] = Field(default_factory=dict)  # per-group override
+    startup_grace_s: float = Field(default=120.0, ge=0)  # pods younger than this are never idle
+    mode: ReclaimMode = ReclaimMode.DRY_RUN
+    # Names of the reservations that are live. None: every reservation member is
+    # treated as live (the safe default when the sidecar cannot tell).
+    live_reservations: frozenset[str] | None = None
+
+    def idle_timeout_for_s(self, group: str) -> float:
+        """The idle timeout of ``group``: its override, else the cluster-wide one."""
+        return self.group_idle_timeout_s.get(group, self.idle_timeout_s)
+
+    @property
+    def applies(self) -> bool:
+        """True when plans may be written to the cluster."""
+        return self.mode is ReclaimMode.ON
+
+
+class DecisionAction(str, Enum):
+    KEEP = "keep"
+    DELETE = "delete"
+
+
+class ReclaimReason(str, Enum):
+    """Why a worker is kept (every value but IDLE) or deleted (IDLE).
+
+    Protections are checked in the order listed; the first that applies is the reason.
+    """
+
+    RAY_UNREACHABLE = "RayUnreachable"  # no Ray view: idleness and PGs unknown, keep all
+    HEAD = "Head"
+    ALREADY_DELETING = "AlreadyDeleting"  # in workersToDelete or has a deletionTimestamp
+    STARTUP_GRACE = "StartupGrace"
+    HOLDS_BUNDLE = "HoldsBundle"  # its Ray node hosts a placement-group bundle
+    LIVE_RESERVATION = "LiveReservation"
+    NOT_IDLE_LONG_ENOUGH = "NotIdleLongEnough"  # busy, idle < timeout, or no Ray node yet
+    NEEDED_BY_PENDING_PG = "NeededByPendingPG"  # a pending/rescheduling PG needs it to fit
+    GROUP_MINIMUM = "GroupMinimum"  # deleting it would go below minReplicas
+    IDLE = "Idle"  # the one delete reason
+
+
+class Decision(_Frozen):
+    """The verdict on one pod of the cluster, with a machine reason and a human detail."""
+
+    pod_name: str
+    group: str
+    action: DecisionAction
+    reason: ReclaimReason
+    detail: str = ""
+    k8s_node_name: str | None = None
+    ray_node_id: str | None = None
+    gpus: float = 0.0  # GPUs of its Ray node
+    idle_for_s: float | None = None  # None: busy or no Ray node
+
+
+class GroupScaleDown(_Frozen):
+    """One worker group's new ``replicas`` and ``scaleStrategy.workersToDelete``.
+
+    ``workers_to_delete`` is the full new list (what was there + ``added``);
+    ``replicas`` is the old value minus ``len(added)``, never less.
+    """
+
+    group_name: str
+    group_index: int  # index in spec.workerGroupSpecs, for the JSON-patch path
+    old_replicas: int  # for a `test` op next to the resourceVersion test
+    replicas: int
+    workers_to_delete: tuple[str, ...]
+    added: tuple[str, ...]  # pods this plan deletes, sorted
+
+
+class ReclaimPlan(_Frozen):
+    """The reclaimer's output for one cluster at ``planned_at_s``.
+
+    ``to_delete`` is empty when nothing is reclaimable. ``cluster_resource_version``
+    is the version the plan was made from: apply it with a ``test`` on it, and on
+    a conflict re-plan from a new snapshot, never overwrite.
+    """
+
+    cluster: str
+    namespace: str
+    cluster_resource_version: str = ""
+    planned_at_s: float
+    to_delete: tuple[GroupScaleDown, ...] = ()
+    decisions: tuple[Decision, ...] = ()  # one per pod of the cluster, sorted by pod name
+    freed_k8s_nodes: tuple[str, ...] = ()  # Kubernetes nodes left with no pod of the snapshot
+    reclaimed_gpus: float = 0.0
+    idle_gpu_s: float = 0.0  # GPU-seconds the deleted workers had sat idle
+
+    @property
+    def deleted_pods(self) -> tuple[str, ...]:
+        return tuple(sorted(n for g in self.to_delete for n in g.added))
+
+    def decision(self, pod_name: str) -> Decision | None:
+        return next((d for d in self.decisions if d.pod_name == pod_name), None)
