@@ -18,6 +18,10 @@ CACHE="${RAYGPU_CACHE:-$HOME/.cache/raygpu}"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
 mkdir -p "$CACHE/bin" "$CACHE/src"
 
+# The module proxy sometimes answers 403 for a version it serves a minute later:
+# retry a step a few times before calling it failed.
+retry() { local n; for n in 1 2 3 4; do "$@" && return 0; log "attempt $n of: $* failed; retrying in $((n * 15)) s"; sleep $((n * 15)); done; return 1; }
+
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 stamp_ok() { [ -f "$1/.done" ]; }
@@ -62,7 +66,7 @@ import (
 	_ "github.com/ray-project/kuberay/ray-operator"
 )
 GO
-  (cd "$src" && go mod tidy) || { log "FAILED: go mod tidy for the k8s set (k8s.io/kubernetes@$K8S_VERSION, scheduler-plugins@$SCHED_PLUGINS_VERSION, kuberay@$KUBERAY_VERSION)"; exit 1; }
+  (cd "$src" && retry go mod tidy) || { log "FAILED: go mod tidy for the k8s set (k8s.io/kubernetes@$K8S_VERSION, scheduler-plugins@$SCHED_PLUGINS_VERSION, kuberay@$KUBERAY_VERSION)"; exit 1; }
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*} -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
   log "k8s set: compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
   (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/" \
@@ -95,7 +99,7 @@ build_install() {  # name version pkg crd_subdir
   if stamp_ok "$out"; then log "$name cached: $out"; echo "$out"; return; fi
   local t0=$SECONDS; mkdir -p "$out"
   log "$name: go install $pkg@$ver"
-  GOBIN="$out" go install -trimpath -ldflags "-s -w" "$pkg@$ver" || { log "FAILED: $name $pkg@$ver"; exit 1; }
+  GOBIN="$out" retry go install -trimpath -ldflags "-s -w" "$pkg@$ver" || { log "FAILED: $name $pkg@$ver"; exit 1; }
   if [ -n "$crds" ]; then
     local mod="${pkg%%/cmd/*}"; local moddir; moddir=$(go env GOMODCACHE)
     mkdir -p "$out/crds"; cp -r "$moddir/$mod@$ver/$crds"/. "$out/crds/"; chmod -R u+w "$out/crds"
@@ -117,7 +121,7 @@ go 1.26.0
 require go.etcd.io/etcd/server/v3 $ETCD_VERSION
 MOD
   printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' > "$src/tools.go"
-  (cd "$src" && go mod tidy && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3) \
+  (cd "$src" && retry go mod tidy && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3) \
     || { log "FAILED: etcd $ETCD_VERSION"; exit 1; }
   echo "$((SECONDS - t0))" > "$out/.build_seconds"
   touch "$out/.done"; log "etcd built in $((SECONDS - t0)) s"; echo "$out"

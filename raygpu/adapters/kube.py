@@ -1,0 +1,215 @@
+"""The Kubernetes adapter: the only code that talks to the API server.
+
+Promises:
+
+* Every object that leaves this module is parsed into a frozen model
+  (``RayClusterView``, ``K8sPodView``, ``K8sNodeView``) or is a plain dict the
+  caller asked for by name (gang objects it built itself).
+* Client exceptions become raygpu errors: 404 and 403 -> ``PermanentError``,
+  409 and failed JSON-patch ``test`` ops -> ``ConflictError``, 5xx and
+  connection failures -> ``TransientError``.
+* ``patch_raycluster`` only sends JSON patches whose first op tests
+  ``metadata.resourceVersion``: it never overwrites a concurrent change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from raygpu.errors import ConflictError, PermanentError, TransientError
+from raygpu.model.raycluster import RayClusterView, parse_quantity
+from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
+
+RAYCLUSTER = ("ray.io/v1", "RayCluster")
+
+
+def _convert(exc: Exception, what: str) -> Exception:
+    from kubernetes.client import ApiException
+    if isinstance(exc, ApiException):
+        body = exc.body.decode() if isinstance(exc.body, bytes) else (exc.body or "")
+        try:
+            msg = json.loads(body).get("message", body)
+        except ValueError:
+            msg = body or exc.reason
+        if exc.status == 409 or (exc.status in (422, 500) and "test" in msg.lower() and "fail" in msg.lower()):
+            return ConflictError(f"{what}: conflict: {msg}")
+        if exc.status == 404:
+            return PermanentError(f"{what}: not found: {msg}")
+        if exc.status in (401, 403):
+            return PermanentError(f"{what}: forbidden ({exc.status}): {msg}")
+        if exc.status and exc.status >= 500:
+            return TransientError(f"{what}: server error {exc.status}: {msg}", delay_s=1.0)
+        return PermanentError(f"{what}: {exc.status}: {msg}")
+    if isinstance(exc, (ConnectionError, OSError)) or type(exc).__module__.startswith("urllib3"):
+        return TransientError(f"{what}: cannot reach the API server: {exc}", delay_s=1.0)
+    return exc
+
+
+class KubeAdapter:
+    """A typed, error-converting view of one Kubernetes API server."""
+
+    def __init__(self, kubeconfig: str | None = None, api_client: Any = None) -> None:
+        from kubernetes import client, config
+        from kubernetes.dynamic import DynamicClient
+        if api_client is None:
+            try:
+                api_client = config.new_client_from_config(config_file=kubeconfig)
+            except Exception as e:  # noqa: BLE001 - no kubeconfig: try in-cluster
+                if kubeconfig:
+                    raise PermanentError(f"cannot load kubeconfig {kubeconfig}: {e}") from e
+                config.load_incluster_config()
+                api_client = client.ApiClient()
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.dyn = DynamicClient(api_client)
+
+    def _res(self, api_version: str, kind: str):
+        return self.dyn.resources.get(api_version=api_version, kind=kind)
+
+    # ------------------------------------------------------------ RayCluster
+    def raw_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return self._res(*RAYCLUSTER).get(name=name, namespace=namespace).to_dict()
+        except Exception as e:  # noqa: BLE001
+            err = _convert(e, f"RayCluster {namespace}/{name}")
+            if isinstance(err, PermanentError) and "not found" in str(err):
+                raise PermanentError(f"unknown cluster: RayCluster {namespace}/{name} does not exist") from e
+            raise err from e
+
+    def get_raycluster(self, namespace: str, name: str) -> RayClusterView:
+        return RayClusterView.from_k8s(self.raw_raycluster(namespace, name))
+
+    def patch_raycluster(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> RayClusterView:
+        """Apply a JSON patch that starts with a resourceVersion test. Raises ConflictError if it changed."""
+        if not patch or patch[0].get("op") != "test" or patch[0].get("path") != "/metadata/resourceVersion":
+            raise PermanentError("refusing a RayCluster patch that does not first test metadata.resourceVersion")
+        try:
+            obj = self._res(*RAYCLUSTER).patch(name=name, namespace=namespace, body=patch,
+                                               content_type="application/json-patch+json")
+        except Exception as e:  # noqa: BLE001
+            raise _convert(e, f"patch RayCluster {namespace}/{name}") from e
+        return RayClusterView.from_k8s(obj.to_dict())
+
+    # --------------------------------------------------------------- objects
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        md = obj["metadata"]
+        try:
+            return self._res(obj["apiVersion"], obj["kind"]).create(body=obj, namespace=md.get("namespace")).to_dict()
+        except Exception as e:  # noqa: BLE001
+            raise _convert(e, f"create {obj['kind']} {md.get('namespace')}/{md['name']}") from e
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return self._res(api_version, kind).get(name=name, namespace=namespace).to_dict()
+        except Exception as e:  # noqa: BLE001
+            err = _convert(e, f"get {kind} {namespace}/{name}")
+            if isinstance(err, PermanentError) and "not found" in str(err):
+                return None
+            raise err from e
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: str = "") -> list[dict[str, Any]]:
+        try:
+            return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector).to_dict()["items"]
+        except Exception as e:  # noqa: BLE001
+            raise _convert(e, f"list {kind} in {namespace}") from e
+
+    def merge_patch(self, api_version: str, kind: str, name: str, namespace: str | None,
+                    body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self._res(api_version, kind).patch(name=name, namespace=namespace, body=body,
+                                                      content_type="application/merge-patch+json").to_dict()
+        except Exception as e:  # noqa: BLE001
+            raise _convert(e, f"patch {kind} {namespace}/{name}") from e
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete (foreground-free, background propagation). False if it was already gone."""
+        try:
+            self._res(api_version, kind).delete(name=name, namespace=namespace,
+                                                body={"propagationPolicy": "Background"})
+            return True
+        except Exception as e:  # noqa: BLE001
+            err = _convert(e, f"delete {kind} {namespace}/{name}")
+            if isinstance(err, PermanentError) and "not found" in str(err):
+                return False
+            raise err from e
+
+    # ------------------------------------------------------------ pods/nodes
+    def ray_pods(self, namespace: str | None, cluster: str | None = None) -> list[K8sPodView]:
+        sel = "ray.io/is-ray-node=yes" + (f",ray.io/cluster={cluster}" if cluster else "")
+        try:
+            if namespace:
+                resp = self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False)
+            else:
+                resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
+        except Exception as e:  # noqa: BLE001
+            raise _convert(e, f"list Ray pods in {namespace}") from e
+        return [pod_view(p) for p in json.loads(resp.data)["items"]]
+
+    def nodes(self) -> list[K8sNodeView]:
+        try:
+            resp = self.core.list_node(_preload_content=False)
+        except Exception as e:  # noqa: BLE001
+            raise _convert(e, "list nodes") from e
+        return [node_view(n) for n in json.loads(resp.data)["items"]]
+
+    def event(self, involved: dict[str, Any], reason: str, message: str, type_: str = "Normal",
+              component: str = "raygpu") -> None:
+        """Record a core/v1 Event on ``involved`` (apiVersion, kind, name, namespace, uid)."""
+        now = dt.datetime.now(dt.timezone.utc)
+        ns = involved["namespace"]
+        body = {"metadata": {"generateName": f"{involved['name']}.", "namespace": ns},
+                "involvedObject": involved, "reason": reason, "message": message[:1000], "type": type_,
+                "source": {"component": component}, "firstTimestamp": now.isoformat(),
+                "lastTimestamp": now.isoformat(), "count": 1, "reportingComponent": component}
+        try:
+            self.core.create_namespaced_event(ns, body)
+        except Exception as e:  # noqa: BLE001
+            raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}") from e
+
+
+def _ts(s: str | None) -> float:
+    if not s:
+        return 0.0
+    return dt.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def _sum_resources(containers: list[dict[str, Any]], key: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c in containers:
+        for k, v in ((c.get("resources") or {}).get(key) or {}).items():
+            out[k] = out.get(k, 0.0) + parse_quantity(v)
+    return out
+
+
+def pod_view(p: dict[str, Any]) -> K8sPodView:
+    md, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
+    labels = md.get("labels") or {}
+    containers = spec.get("containers") or []
+    num_gpus = None
+    for e in (containers[0].get("env") or []) if containers else []:
+        if e.get("name") == "KUBERAY_GEN_RAY_START_CMD" and "--num-gpus=" in (e.get("value") or ""):
+            num_gpus = float(e["value"].split("--num-gpus=")[1].split()[0].strip("'\""))
+    return K8sPodView(
+        name=md["name"], namespace=md["namespace"], uid=md.get("uid", ""), node_name=spec.get("nodeName"),
+        phase=st.get("phase", "Pending"), deleting=bool(md.get("deletionTimestamp")), labels=labels,
+        annotations=md.get("annotations") or {}, requests=_sum_resources(containers, "requests"),
+        limits=_sum_resources(containers, "limits"),
+        tolerations=tuple(Toleration(**{k: t.get(k) for k in ("key", "value", "effect") if t.get(k) is not None},
+                                     operator=t.get("operator", "Equal")) for t in spec.get("tolerations") or []),
+        created_at_s=_ts(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
+        ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
+        ray_start_num_gpus=num_gpus)
+
+
+def node_view(n: dict[str, Any]) -> K8sNodeView:
+    md, spec, st = n["metadata"], n.get("spec") or {}, n.get("status") or {}
+    conds = {c["type"]: c["status"] for c in st.get("conditions") or []}
+    return K8sNodeView(
+        name=md["name"], labels=md.get("labels") or {},
+        capacity={k: parse_quantity(v) for k, v in (st.get("capacity") or {}).items()},
+        allocatable={k: parse_quantity(v) for k, v in (st.get("allocatable") or {}).items()},
+        taints=tuple(Taint(key=t["key"], value=t.get("value"), effect=t["effect"]) for t in spec.get("taints") or []),
+        ready=conds.get("Ready") == "True", unschedulable=bool(spec.get("unschedulable")))

@@ -1,0 +1,196 @@
+"""The three views of every GPU, frozen into one snapshot.
+
+* Ray's view (GCS): nodes, their resources and labels, the placement-group table.
+* Kubernetes' view (kubelet / API server): nodes, Ray pods, device-plugin pods,
+  DRA ResourceSlices.
+* The container's view (NVML), read on each Ray node.
+
+Adapters build these from the outside world; ``plan/`` only reads them.
+Resource maps use Kubernetes names (``cpu``, ``memory`` in bytes,
+``nvidia.com/gpu``, ``nvidia.com/mig-3g.40gb``) for Kubernetes objects and Ray
+names (``CPU``, ``GPU``, ``memory``) for Ray objects.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+
+# ----------------------------------------------------------------- Ray view
+class RayNodeView(_Frozen):
+    node_id: str
+    alive: bool
+    is_head: bool = False
+    instance_id: str | None = None  # RAY_CLOUD_INSTANCE_ID = pod name under KubeRay
+    node_type: str | None = None  # RAY_NODE_TYPE_NAME = worker group name
+    ip: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    total: dict[str, float] = Field(default_factory=dict)  # Ray resource names
+    available: dict[str, float] = Field(default_factory=dict)
+    idle_since_s: float | None = None  # None while busy
+    accelerator_type: str | None = None
+
+    @property
+    def gpu_total(self) -> float:
+        return self.total.get("GPU", 0.0)
+
+    @property
+    def gpu_available(self) -> float:
+        return self.available.get("GPU", 0.0)
+
+
+class PgState(str, Enum):
+    PENDING = "PENDING"
+    PREPARED = "PREPARED"
+    CREATED = "CREATED"
+    REMOVED = "REMOVED"
+    RESCHEDULING = "RESCHEDULING"
+
+
+class PlacementGroupView(_Frozen):
+    pg_id: str
+    name: str = ""
+    state: PgState
+    strategy: str = "PACK"
+    bundles: tuple[dict[str, float], ...] = ()
+    bundle_node_ids: tuple[str | None, ...] = ()  # node id per bundle, None when unplaced
+    bundle_label_selectors: tuple[dict[str, str], ...] = ()
+    creator_job_id: str | None = None
+
+
+class RayView(_Frozen):
+    reachable: bool = True
+    reason: str | None = None  # why not reachable
+    nodes: tuple[RayNodeView, ...] = ()
+    placement_groups: tuple[PlacementGroupView, ...] = ()
+
+
+# ---------------------------------------------------------- Kubernetes view
+class Taint(_Frozen):
+    key: str
+    value: str | None = None
+    effect: str
+
+
+class Toleration(_Frozen):
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key is None:  # empty key + Exists tolerates everything
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+class K8sNodeView(_Frozen):
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    capacity: dict[str, float] = Field(default_factory=dict)
+    allocatable: dict[str, float] = Field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+
+class K8sPodView(_Frozen):
+    name: str
+    namespace: str
+    uid: str = ""
+    node_name: str | None = None
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    deleting: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, float] = Field(default_factory=dict)  # summed over containers
+    limits: dict[str, float] = Field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    created_at_s: float = 0.0
+    ray_cluster: str | None = None  # label ray.io/cluster
+    ray_group: str | None = None  # label ray.io/group
+    ray_node_type: str | None = None  # label ray.io/node-type: head | worker
+    ray_start_num_gpus: float | None = None  # rayStartParams["num-gpus"] of its group, if set
+
+    @property
+    def is_head(self) -> bool:
+        return self.ray_node_type == "head"
+
+
+class DevicePluginPod(_Frozen):
+    name: str
+    namespace: str
+    node_name: str
+    ready: bool
+
+
+class ResourceSliceView(_Frozen):
+    """A DRA ResourceSlice (resource.k8s.io), reduced to what the doctor needs."""
+
+    name: str
+    node_name: str | None
+    driver: str
+    device_count: int
+
+
+class K8sView(_Frozen):
+    reachable: bool = True
+    reason: str | None = None
+    nodes: tuple[K8sNodeView, ...] = ()
+    pods: tuple[K8sPodView, ...] = ()
+    device_plugin_pods: tuple[DevicePluginPod, ...] = ()
+    resource_slices: tuple[ResourceSliceView, ...] | None = None  # None: API not served
+
+
+# -------------------------------------------------------------- NVML view
+class MigDeviceView(_Frozen):
+    uuid: str
+    profile: str  # e.g. "3g.40gb"
+    memory_total_bytes: int = 0
+
+
+class NvmlDeviceView(_Frozen):
+    index: int
+    uuid: str
+    name: str
+    memory_total_bytes: int
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDeviceView, ...] = ()
+
+
+class NvmlView(_Frozen):
+    """What NVML reports inside one Ray node's container."""
+
+    node_id: str
+    available: bool
+    reason: str | None = None  # "NVML unavailable: <reason>" when not available
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    devices: tuple[NvmlDeviceView, ...] = ()
+
+    @property
+    def gpu_units(self) -> int:
+        """Schedulable units: MIG instances where MIG is on, else whole devices."""
+        return sum(len(d.mig_devices) if d.mig_enabled else 1 for d in self.devices)
+
+
+# --------------------------------------------------------------- snapshot
+class Snapshot(_Frozen):
+    """One consistent-enough read of all three views, taken at ``taken_at_s``."""
+
+    taken_at_s: float
+    cluster: str | None = None  # RayCluster name the snapshot is scoped to
+    namespace: str | None = None
+    ray: RayView = Field(default_factory=RayView)
+    k8s: K8sView = Field(default_factory=K8sView)
+    nvml: dict[str, NvmlView] = Field(default_factory=dict)  # by Ray node id

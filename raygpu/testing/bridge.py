@@ -1,0 +1,260 @@
+"""The Ray bridge: a real Ray node for every Ray pod that kwok marks Running.
+
+kwok runs no containers, so this process plays the kubelet's part for Ray
+pods only. For each pod labelled ``ray.io/is-ray-node=yes`` that is Running,
+bound and not being deleted, it runs the exact ``ray start`` command KubeRay
+generated for that pod (the container env ``KUBERAY_GEN_RAY_START_CMD``:
+``--num-gpus`` from ``nvidia.com/gpu``/MIG limits or ``rayStartParams``,
+``--labels`` from the group's labels), with the pod's env
+(``RAY_CLOUD_INSTANCE_ID`` = pod name, ``RAY_NODE_TYPE_NAME`` = group) and
+only these changes, all forced by running many nodes on one host:
+
+* ``--address`` points at the head started for the pod's RayCluster on 127.0.0.1,
+* ports that KubeRay fixes (metrics 8080, agent 52365, GCS 6379, client 10001)
+  are replaced by free ports, and the dashboard is off,
+* ``--object-store-memory`` is 80 MB (the host's memory is not the pod's).
+
+A pod that goes away (deleted, deleting, not Running) has its Ray node stopped
+(SIGTERM to its process group: the raylet unregisters from the GCS).
+
+Run as ``python -m raygpu.testing.bridge --kubeconfig K --run-dir D``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("raygpu.bridge")
+
+MARKER_ENV = "RAYGPU_TESTBED_RAY"
+OBJECT_STORE_BYTES = 80 * 1024 * 1024
+# flags whose values must change when many Ray nodes share one host
+_DROP = {"address", "block", "port", "dashboard-port", "dashboard-host", "metrics-export-port",
+         "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "ray-client-server-port",
+         "object-store-memory", "include-dashboard", "node-ip-address"}
+
+
+@dataclass
+class RayProc:
+    pod_uid: str
+    pod: str
+    namespace: str
+    cluster: str
+    is_head: bool
+    proc: subprocess.Popen
+    address: str | None = None  # head only: GCS address
+
+
+def parse_ray_start(cmd: str) -> tuple[bool, dict[str, str | None]]:
+    """Split ``ray start [--head] --k=v --flag ...`` into (is_head, {k: v or None})."""
+    tokens = shlex.split(cmd)
+    if tokens[:2] != ["ray", "start"]:
+        raise ValueError(f"not a ray start command: {cmd!r}")
+    params: dict[str, str | None] = {}
+    is_head = False
+    i = 2
+    while i < len(tokens):
+        t = tokens[i]
+        if t == "--head":
+            is_head = True
+        elif t.startswith("--"):
+            key, eq, val = t[2:].partition("=")
+            if eq:
+                params[key] = val
+            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                params[key] = tokens[i + 1]
+                i += 1
+            else:
+                params[key] = None
+        i += 1
+    return is_head, params
+
+
+def _free_port() -> int:
+    from raygpu.testing.procs import free_port
+    return free_port()
+
+
+def build_argv(is_head: bool, params: dict[str, str | None], head_address: str | None) -> list[str]:
+    """The ``ray start`` argv the bridge runs for one pod (see module docstring)."""
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats"]
+    if is_head:
+        argv += ["--head", f"--port={_free_port()}", "--include-dashboard=false",
+                 f"--ray-client-server-port={_free_port()}"]
+    else:
+        argv += [f"--address={head_address}"]
+    argv += ["--node-ip-address=127.0.0.1", f"--object-store-memory={OBJECT_STORE_BYTES}",
+             f"--metrics-export-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}"]
+    for k, v in params.items():
+        if k in _DROP:
+            continue
+        argv.append(f"--{k}" if v is None else f"--{k}={v}")
+    return argv
+
+
+def pod_env(pod: dict[str, Any]) -> dict[str, str]:
+    """Plain ``value`` env vars of the Ray container, plus the downward-API ones KubeRay sets."""
+    c = pod["spec"]["containers"][0]
+    env = {}
+    for e in c.get("env") or []:
+        if "value" in e and e["value"] is not None:
+            env[e["name"]] = e["value"]
+    labels = pod["metadata"].get("labels") or {}
+    env.setdefault("RAY_CLOUD_INSTANCE_ID", pod["metadata"]["name"])
+    env.setdefault("RAY_NODE_TYPE_NAME", labels.get("ray.io/group", "headgroup"))
+    return env
+
+
+class Bridge:
+    def __init__(self, kubeconfig: str, run_dir: Path) -> None:
+        from kubernetes import client, config
+        self.api = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+        self.run_dir = run_dir
+        (run_dir / "clusters").mkdir(parents=True, exist_ok=True)
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, RayProc] = {}
+        self.heads: dict[tuple[str, str], RayProc] = {}
+        self.stopping = False
+
+    # -------------------------------------------------------------- loop
+    def run(self, interval_s: float = 0.5) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
+        while not self.stopping:
+            try:
+                self.reconcile()
+            except Exception:  # noqa: BLE001 - keep bridging; the API server may blink
+                log.exception("reconcile failed")
+            time.sleep(interval_s)
+        for uid in list(self.procs):
+            self._stop(uid, "bridge stopping")
+
+    def reconcile(self) -> None:
+        pods = self.api.list_pod_for_all_namespaces(label_selector="ray.io/is-ray-node=yes",
+                                                    _preload_content=False)
+        items = json.loads(pods.data)["items"]
+        wanted = {}
+        for p in items:
+            md, st = p["metadata"], p.get("status") or {}
+            if md.get("deletionTimestamp") or st.get("phase") != "Running" or not p["spec"].get("nodeName"):
+                continue
+            wanted[md["uid"]] = p
+        for uid in list(self.procs):
+            rp = self.procs[uid]
+            if uid not in wanted:
+                self._stop(uid, "pod gone or not Running")
+            elif rp.proc.poll() is not None:
+                log.warning("ray node for pod %s/%s exited with %s", rp.namespace, rp.pod, rp.proc.returncode)
+                self._stop(uid, "ray start exited")
+        # heads first so that workers find their GCS in the same pass
+        for p in sorted(wanted.values(), key=lambda p: (p["metadata"]["labels"].get("ray.io/node-type") != "head")):
+            if p["metadata"]["uid"] not in self.procs:
+                self._start(p)
+
+    # ------------------------------------------------------------ actions
+    def _start(self, pod: dict[str, Any]) -> None:
+        md = pod["metadata"]
+        ns, name, uid = md["namespace"], md["name"], md["uid"]
+        cluster = md["labels"].get("ray.io/cluster", "")
+        env = pod_env(pod)
+        cmd = env.get("KUBERAY_GEN_RAY_START_CMD")
+        if not cmd:
+            log.warning("pod %s/%s has no KUBERAY_GEN_RAY_START_CMD; skipped", ns, name)
+            return
+        is_head, params = parse_ray_start(cmd)
+        head = self.heads.get((ns, cluster))
+        if not is_head and (head is None or head.address is None):
+            return  # the head is not up yet; next pass
+        argv = build_argv(is_head, params, head.address if head else None)
+        full_env = dict(os.environ)
+        full_env.update(env)
+        full_env.update({MARKER_ENV: str(self.run_dir), "RAY_prestart_worker_first_driver": "0",
+                         "RAY_enable_worker_prestart": "0", "RAY_USAGE_STATS_ENABLED": "0"})
+        full_env.pop("KUBERAY_GEN_RAY_START_CMD", None)
+        logf = open(self.run_dir / "logs" / f"{ns}__{name}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=full_env, start_new_session=True)
+        rp = RayProc(uid, name, ns, cluster, is_head, proc)
+        if is_head:
+            port = next(a.split("=", 1)[1] for a in argv if a.startswith("--port="))
+            rp.address = f"127.0.0.1:{port}"
+            self.heads[(ns, cluster)] = rp
+            self._write_cluster(rp)
+        self.procs[uid] = rp
+        (self.run_dir / "nodes").mkdir(exist_ok=True)
+        (self.run_dir / "nodes" / f"{uid}.pid").write_text(str(proc.pid))
+        log.info("started ray %s for pod %s/%s: %s", "head" if is_head else "worker", ns, name, shlex.join(argv))
+
+    def _write_cluster(self, rp: RayProc) -> None:
+        f = self.run_dir / "clusters" / f"{rp.namespace}__{rp.cluster}.json"
+        f.write_text(json.dumps({"namespace": rp.namespace, "cluster": rp.cluster, "address": rp.address,
+                                 "head_pod": rp.pod, "pid": rp.proc.pid}))
+
+    def _stop(self, uid: str, why: str) -> None:
+        from raygpu.testing.procs import stop
+        rp = self.procs.pop(uid)
+        log.info("stopping ray node of pod %s/%s (%s)", rp.namespace, rp.pod, why)
+        stop(rp.proc.pid, timeout_s=15)
+        rp.proc.poll()
+        (self.run_dir / "nodes" / f"{uid}.pid").unlink(missing_ok=True)
+        if rp.is_head:
+            self.heads.pop((rp.namespace, rp.cluster), None)
+            (self.run_dir / "clusters" / f"{rp.namespace}__{rp.cluster}.json").unlink(missing_ok=True)
+
+
+def ray_clusters(run_dir: Path) -> list[dict[str, Any]]:
+    """The Ray heads the bridge runs now: namespace, cluster, address, head pod."""
+    from raygpu.testing.procs import alive
+    out = []
+    for f in sorted((run_dir / "clusters").glob("*.json")) if (run_dir / "clusters").exists() else []:
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if alive(d.get("pid", 0)):
+            out.append(d)
+    return out
+
+
+def stop_all_ray(run_dir: Path) -> int:
+    """Kill every process that carries this testbed's Ray marker (after the bridge is gone)."""
+    from raygpu.testing.procs import stop
+    n = 0
+    marker = f"{MARKER_ENV}={run_dir}".encode()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if marker in (p / "environ").read_bytes().split(b"\0"):
+                os.kill(int(p.name), signal.SIGKILL)
+                n += 1
+        except (OSError, ProcessLookupError):
+            continue
+    for f in (run_dir / "clusters").glob("*.json") if (run_dir / "clusters").exists() else []:
+        f.unlink(missing_ok=True)
+    del stop
+    return n
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--run-dir", required=True, type=Path)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    Bridge(args.kubeconfig, args.run_dir).run()
+
+
+if __name__ == "__main__":
+    main()

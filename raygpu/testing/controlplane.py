@@ -1,0 +1,258 @@
+"""The local testbed: a real Kubernetes control plane, KubeRay, gang schedulers and Ray.
+
+``Testbed.up()`` starts, on 127.0.0.1 and without containers, in this order:
+
+1. etcd, 2. kube-apiserver (RBAC, token auth, ServiceAccount token signing),
+3. kube-controller-manager (garbage collection) and kube-scheduler,
+4. CRDs from the modules the binaries were built from (KubeRay, scheduler-plugins,
+   Kueue) and Volcano's PodGroup CRD, 5. scheduler-plugins' coscheduling
+   scheduler and PodGroup controller, 6. kwok with its fast stages,
+7. the KubeRay operator, 8. Kueue with its webhooks served on loopback,
+9. the Ray bridge (a real Ray node for every Running Ray pod), 10. default nodes.
+
+State (ports, pids, kubeconfig) lives in ``run_dir/state.json`` so that
+``raygpu testbed status`` and ``down`` work from another process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from raygpu.testing import components, pki
+from raygpu.testing.catalog import node_manifest
+from raygpu.testing.procs import TestbedError, alive, free_port, spawn, stop, wait_for
+
+ADMIN_TOKEN = "raygpu-testbed-admin-token"
+SP_SCHEDULER_NAME = "scheduler-plugins-scheduler"
+DEFAULT_NODES = {"gpu-a": "h100x8", "gpu-b": "h100x8", "mig-a": "a100x8-mig-mixed", "t4-a": "t4x1",
+                 "cpu-a": "cpu16"}
+STOP_ORDER = ["bridge", "kueue", "ray-operator", "kwok", "sp-controller", "sp-scheduler", "kube-scheduler",
+              "kube-controller-manager", "kube-apiserver", "etcd"]
+
+
+def run_dir() -> Path:
+    return Path(os.environ.get("RAYGPU_TESTBED_DIR", components.cache_dir() / "testbed"))
+
+
+class Testbed:
+    """Handle on a testbed described by ``run_dir/state.json``."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or run_dir()
+        self.state_file = self.root / "state.json"
+        self.state: dict[str, Any] = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+
+    # ------------------------------------------------------------ accessors
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def is_up(self) -> bool:
+        pids = self.state.get("pids", {})
+        return bool(pids) and all(alive(p) for p in pids.values())
+
+    def _save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps(self.state, indent=2))
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        proc = spawn(name, argv, self.logs, env=env, cwd=self.root)
+        self.state.setdefault("pids", {})[name] = proc.pid
+        self._save()
+
+    # ------------------------------------------------------------------ up
+    def up(self, progress=print, nodes: dict[str, str] | None = None) -> dict[str, Any]:
+        """Start every component and wait until each is ready. Idempotent if already up."""
+        if self.is_up():
+            progress(f"testbed already up ({self.root})")
+            return self.status()
+        self.down(quiet=True)
+        bins = components.ensure_built(progress)
+        t0 = time.monotonic()
+        self.root.mkdir(parents=True, exist_ok=True)
+        for stale in ("etcd-data", "pki"):
+            _rmtree(self.root / stale)
+        self.state = {"started_at": time.time(), "pids": {}, "ports": {}, "versions": components.VERSIONS,
+                      "kubeconfig": str(self.kubeconfig)}
+        ports = self.state["ports"]
+        for name in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "sp_scheduler", "sp_metrics", "sp_probe",
+                     "kwok", "kuberay_metrics", "kuberay_probe", "kueue_webhook", "kueue_metrics", "kueue_probe",
+                     "kueue_visibility"):
+            ports[name] = free_port()
+        try:
+            self._up_core(bins, ports, progress)
+            self._up_addons(bins, ports, progress)
+            from raygpu.testing import addons
+            addons.add_nodes(self, nodes if nodes is not None else DEFAULT_NODES)
+            self.state["ready_s"] = round(time.monotonic() - t0, 1)
+            self._save()
+            progress(f"testbed ready in {self.state['ready_s']} s; kubeconfig {self.kubeconfig}")
+        except BaseException:
+            progress(f"testbed failed to start; logs in {self.logs}")
+            self.down(quiet=True)
+            raise
+        return self.status()
+
+    def _up_core(self, bins: components.Binaries, ports: dict[str, int], progress) -> None:
+        pkid = self.root / "pki"
+        ca = pki.ensure_ca(pkid)
+        api_crt, api_key = pki.ensure_serving_cert(pkid, "apiserver", ca, [
+            "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local"])
+        sa_key = pki.ensure_rsa_key(pkid / "sa.key")
+        (pkid / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+        self._write_kubeconfig(self.kubeconfig, ports["apiserver"], ca[0], ADMIN_TOKEN, "admin")
+
+        progress("starting etcd")
+        self._start("etcd", [str(bins.etcd), "--data-dir", str(self.root / "etcd-data"), "--unsafe-no-fsync",
+                             "--listen-client-urls", f"http://127.0.0.1:{ports['etcd']}",
+                             "--advertise-client-urls", f"http://127.0.0.1:{ports['etcd']}",
+                             "--listen-peer-urls", f"http://127.0.0.1:{ports['etcd_peer']}",
+                             "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports['etcd_peer']}",
+                             "--initial-cluster", f"default=http://127.0.0.1:{ports['etcd_peer']}",
+                             "--log-level", "warn"])
+        progress("starting kube-apiserver")
+        self._start("kube-apiserver", [
+            str(bins.kube_apiserver), f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+            f"--secure-port={ports['apiserver']}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--tls-cert-file={api_crt}", f"--tls-private-key-file={api_key}", f"--client-ca-file={ca[0]}",
+            f"--cert-dir={pkid}", "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+            "--authorization-mode=Node,RBAC", f"--token-auth-file={pkid / 'tokens.csv'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
+            "--disable-admission-plugins=ServiceAccount", "--enable-priority-and-fairness=false",
+            "--endpoint-reconciler-type=none", "--v=1"])
+        from raygpu.testing.kube import api_client
+        from kubernetes import client as kclient
+
+        def readyz() -> bool:
+            c = api_client(self.kubeconfig)
+            try:
+                body = c.call_api("/readyz", "GET", auth_settings=["BearerToken"], response_type="str",
+                                  _preload_content=True)[0]
+                return "ok" in str(body)
+            finally:
+                c.close()
+        wait_for("kube-apiserver /readyz", readyz, 120, log=self.logs / "kube-apiserver.log")
+        progress("starting kube-controller-manager and kube-scheduler")
+        self._start("kube-controller-manager", [
+            str(bins.kube_controller_manager), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+            f"--service-account-private-key-file={sa_key}", f"--root-ca-file={ca[0]}",
+            "--use-service-account-credentials=false", f"--secure-port={ports['kcm']}", "--bind-address=127.0.0.1",
+            # kwok nodes have no kubelet: no node lifecycle/IPAM/cloud controllers.
+            "--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--v=1"])
+        self._start("kube-scheduler", [
+            str(bins.kube_scheduler), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+            f"--secure-port={ports['scheduler']}", "--bind-address=127.0.0.1",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--v=1"])
+        self._wait_namespace_sa("default", kclient)
+
+    def _wait_namespace_sa(self, ns: str, kclient) -> None:
+        from raygpu.testing.kube import api_client
+        c = api_client(self.kubeconfig)
+        v1 = kclient.CoreV1Api(c)
+        wait_for("ServiceAccount default/default (controller-manager running)",
+                 lambda: v1.read_namespaced_service_account("default", ns), 90,
+                 log=self.logs / "kube-controller-manager.log")
+        c.close()
+
+    def _up_addons(self, bins: components.Binaries, ports: dict[str, int], progress) -> None:
+        from raygpu.testing import addons
+        progress("installing CRDs (KubeRay, scheduler-plugins, Kueue, Volcano PodGroup)")
+        addons.install_crds(self, bins)
+        progress("starting scheduler-plugins (coscheduling scheduler + PodGroup controller)")
+        addons.start_scheduler_plugins(self, bins, ports)
+        progress("starting kwok")
+        addons.start_kwok(self, bins, ports)
+        progress("starting KubeRay operator")
+        addons.start_kuberay(self, bins, ports)
+        progress("starting Kueue (webhooks on 127.0.0.1)")
+        addons.start_kueue(self, bins, ports)
+        progress("starting the Ray bridge")
+        self._start("bridge", [sys.executable, "-m", "raygpu.testing.bridge", "--kubeconfig", str(self.kubeconfig),
+                               "--run-dir", str(self.root / "ray")])
+        addons.wait_ready(self, ports)
+
+    def _write_kubeconfig(self, path: Path, port: int, ca: Path, token: str, user: str) -> None:
+        import yaml
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "raygpu-testbed",
+            "clusters": [{"name": "raygpu-testbed", "cluster": {
+                "server": f"https://127.0.0.1:{port}", "certificate-authority": str(ca)}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "raygpu-testbed", "context": {"cluster": "raygpu-testbed", "user": user}}],
+        }))
+
+    def kubeconfig_for_token(self, token: str, user: str, path: Path) -> Path:
+        """A kubeconfig that authenticates with ``token`` (e.g. a minted ServiceAccount token)."""
+        self._write_kubeconfig(path, self.state["ports"]["apiserver"], self.root / "pki" / "ca.crt", token, user)
+        return path
+
+    # ---------------------------------------------------------------- down
+    def down(self, quiet: bool = False) -> list[str]:
+        """Stop every component (process groups, SIGTERM then SIGKILL). Returns what was stopped."""
+        stopped = []
+        pids = dict(self.state.get("pids", {}))
+        for name in STOP_ORDER + [n for n in pids if n not in STOP_ORDER]:
+            pid = pids.get(name)
+            if pid and alive(pid):
+                stop(pid)
+                stopped.append(name)
+        from raygpu.testing.bridge import stop_all_ray
+        stop_all_ray(self.root / "ray")
+        if self.state:
+            self.state["pids"] = {}
+            self._save()
+        if stopped and not quiet:
+            print(f"stopped: {', '.join(stopped)}")
+        return stopped
+
+    # -------------------------------------------------------------- status
+    def status(self) -> dict[str, Any]:
+        pids = self.state.get("pids", {})
+        comps = {}
+        versions = self.state.get("versions", components.VERSIONS)
+        vmap = {"etcd": "etcd", "kube-apiserver": "kubernetes", "kube-controller-manager": "kubernetes",
+                "kube-scheduler": "kubernetes", "sp-scheduler": "scheduler-plugins", "sp-controller": "scheduler-plugins",
+                "kwok": "kwok", "ray-operator": "kuberay", "kueue": "kueue"}
+        for name, pid in pids.items():
+            comps[name] = {"pid": pid, "alive": alive(pid), "version": versions.get(vmap.get(name, ""), None)}
+        if "bridge" in comps:
+            import ray
+            comps["bridge"]["version"] = f"ray {ray.__version__}"
+        from raygpu.testing.bridge import ray_clusters
+        return {
+            "up": self.is_up(),
+            "run_dir": str(self.root),
+            "kubeconfig": str(self.kubeconfig) if self.kubeconfig.exists() else None,
+            "apiserver": f"https://127.0.0.1:{self.state['ports']['apiserver']}" if self.state.get("ports") else None,
+            "ready_s": self.state.get("ready_s"),
+            "components": comps,
+            "ray_clusters": ray_clusters(self.root / "ray"),
+            "build_seconds": components.build_seconds(),
+            "ports": self.state.get("ports", {}),
+        }
+
+
+def _rmtree(p: Path) -> None:
+    import shutil
+    shutil.rmtree(p, ignore_errors=True)
+
+
+def node(name: str, shape: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return node_manifest(name, shape, extra_labels)
+
+
+__all__ = ["Testbed", "TestbedError", "run_dir", "ADMIN_TOKEN", "SP_SCHEDULER_NAME"]

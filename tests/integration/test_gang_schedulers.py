@@ -1,0 +1,82 @@
+"""Issue 2: the gang schedulers on the testbed are all-or-nothing for real."""
+
+from __future__ import annotations
+
+from raygpu.testing.controlplane import SP_SCHEDULER_NAME
+from raygpu.testing import manifests as m
+from raygpu.testing.kube import apply
+from tests.integration.util import pods, wait_for
+
+
+def _gpu_pod(name: str, pool: str, labels: dict, annotations: dict | None = None,
+             scheduler: str | None = None) -> dict:
+    res = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}
+    spec = {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": res, "requests": res}}],
+            "nodeSelector": {m.POOL_LABEL: pool}}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels,
+                                                            "annotations": annotations or {}}, "spec": spec}
+
+
+def _unschedulable(p: dict) -> bool:
+    return any(c["type"] == "PodScheduled" and c["status"] == "False"
+               for c in p.get("status", {}).get("conditions") or [])
+
+
+def test_coscheduling_podgroup_is_all_or_nothing(testbed, ns, pool, kube, core):
+    pool.add({"g1": "h100x8", "g2": "h100x8"})
+    apply(kube, {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                 "metadata": {"name": "gang", "namespace": ns},
+                 "spec": {"minMember": 3, "scheduleTimeoutSeconds": 30}})
+    for i in range(3):
+        apply(kube, _gpu_pod(f"p{i}", pool.name, {"scheduling.x-k8s.io/pod-group": "gang"},
+                             scheduler=SP_SCHEDULER_NAME), ns)
+    # The scheduler has looked at every pod and refused each: none bound, though 2 would fit.
+    wait_for("all 3 pods marked unschedulable by the coscheduling scheduler",
+             lambda: len([p for p in pods(core, ns) if _unschedulable(p)]) == 3, 90,
+             log=testbed.logs / "sp-scheduler.log")
+    assert [p["spec"].get("nodeName") for p in pods(core, ns)] == [None, None, None]
+    pool.add({"g3": "h100x8"})
+    wait_for("all 3 pods bound once a third node exists",
+             lambda: all(p["spec"].get("nodeName") for p in pods(core, ns)) and len(pods(core, ns)) == 3, 120,
+             log=testbed.logs / "sp-scheduler.log")
+    assert len({p["spec"]["nodeName"] for p in pods(core, ns)}) == 3
+
+
+def test_kueue_pod_group_is_all_or_nothing(testbed, ns, pool, kube, core):
+    pool.add({"g1": "h100x8", "g2": "h100x8"})
+    cq = f"cq-{ns}"
+    apply(kube, m.cluster_queue(cq, {"cpu": "192", "memory": "2Ti", "nvidia.com/gpu": "16"}))
+    apply(kube, m.local_queue("lq", ns, cq))
+    labels = {"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/pod-group-name": "gang"}
+    try:
+        for i in range(3):
+            apply(kube, _gpu_pod(f"p{i}", pool.name, labels, {"kueue.x-k8s.io/pod-group-total-count": "3"}), ns)
+        wl = kube.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="Workload")
+
+        def pending_workload():
+            items = wl.get(namespace=ns).to_dict()["items"]
+            if len(items) != 1:
+                return None
+            conds = {c["type"]: c for c in items[0].get("status", {}).get("conditions") or []}
+            q = conds.get("QuotaReserved")
+            return items[0] if q and q["status"] == "False" else None
+        w = wait_for("Kueue Workload for the pod group, quota not reserved", pending_workload, 90,
+                     log=testbed.logs / "kueue.log")
+        assert w["spec"]["podSets"][0]["count"] == 3
+        ps = pods(core, ns)
+        assert len(ps) == 3
+        assert all(p["spec"].get("schedulingGates") for p in ps), "Kueue gates every pod of the group"
+        assert all(not p["spec"].get("nodeName") for p in ps)
+        # room for the third pod: a node, and the quota that says the cluster has it
+        pool.add({"g3": "h100x8"})
+        apply(kube, m.cluster_queue(cq, {"cpu": "288", "memory": "3Ti", "nvidia.com/gpu": "24"}))
+        wait_for("all 3 pods admitted and bound",
+                 lambda: all(p["spec"].get("nodeName") and not p["spec"].get("schedulingGates")
+                             for p in pods(core, ns)), 120, log=testbed.logs / "kueue.log")
+        assert len({p["spec"]["nodeName"] for p in pods(core, ns)}) == 3
+    finally:
+        for p in pods(core, ns):  # pods carry Kueue's finalizer; release them before the namespace goes
+            core.delete_namespaced_pod(p["metadata"]["name"], ns)
+        kube.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue").delete(name=cq)

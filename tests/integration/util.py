@@ -1,0 +1,47 @@
+"""Polling helpers for integration tests: conditions with deadlines, never bare sleeps."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from raygpu.testing.procs import wait_for
+
+__all__ = ["wait_for", "pods", "ray_status", "ray_address", "holds_for"]
+
+
+def pods(core, ns: str, selector: str = "") -> list[dict[str, Any]]:
+    resp = core.list_namespaced_pod(ns, label_selector=selector, _preload_content=False)
+    return json.loads(resp.data)["items"]
+
+
+def ray_address(testbed, ns: str, cluster: str, timeout_s: float = 90) -> str:
+    from raygpu.testing.bridge import ray_clusters
+
+    def find():
+        for rc in ray_clusters(testbed.root / "ray"):
+            if rc["namespace"] == ns and rc["cluster"] == cluster:
+                return rc["address"]
+        return None
+    return wait_for(f"Ray head of {ns}/{cluster} started by the bridge", find, timeout_s,
+                    log=testbed.logs / "bridge.log")
+
+
+def ray_status(address: str):
+    """Ray autoscaler v2 cluster status: alive nodes with instance_id and ray_node_type_name."""
+    from ray.autoscaler.v2.sdk import get_cluster_status
+    return get_cluster_status(address)
+
+
+def alive_ray_nodes(address: str) -> list:
+    st = ray_status(address)
+    return list(st.active_nodes) + list(st.idle_nodes)
+
+
+def holds_for(what: str, probe: Callable[[], bool], hold_s: float, interval_s: float = 0.5) -> None:
+    """Assert ``probe()`` stays true for ``hold_s`` (used only *after* the system acted, to show it stays put)."""
+    deadline = time.monotonic() + hold_s
+    while time.monotonic() < deadline:
+        assert probe(), f"{what} stopped holding"
+        time.sleep(interval_s)
