@@ -1,0 +1,44 @@
+"""Backend ``coscheduling``: a scheduler-plugins PodGroup (``scheduling.x-k8s.io/v1alpha1``).
+
+The coscheduling plugin holds the group's pods at Permit until ``minMember``
+of them can be placed, and rejects the whole group after
+``scheduleTimeoutSeconds``. Pods join with the label
+``scheduling.x-k8s.io/pod-group: <PodGroup name>`` and must be scheduled by the
+scheduler running the plugin (``scheduler-plugins-scheduler`` in the upstream chart).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from raygpu.gang.backends.base import GangBackend, gang_object_metadata, min_resources
+from raygpu.model.gang import Backend, GangPlan, GangRequest
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+DEFAULT_SCHEDULER_NAME = "scheduler-plugins-scheduler"
+
+
+class CoschedulingBackend(GangBackend):
+    name = Backend.COSCHEDULING
+
+    def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> None:
+        self.scheduler_name = scheduler_name
+
+    def wire_pods(self, template: dict[str, Any], plan: GangPlan, request: GangRequest) -> None:
+        template["metadata"]["labels"][POD_GROUP_LABEL] = plan.gang_name
+        template.setdefault("spec", {})["schedulerName"] = self.scheduler_name
+
+    def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """One PodGroup: minMember = pods, minResources = their summed requests, timeout from the request."""
+        return [{
+            "apiVersion": API_VERSION,
+            "kind": "PodGroup",
+            "metadata": gang_object_metadata(plan, request, owner_ref),
+            "spec": {
+                "minMember": plan.pod_count,
+                "minResources": min_resources(plan),
+                "scheduleTimeoutSeconds": max(1, math.ceil(plan.timeout_s)),
+            },
+        }]

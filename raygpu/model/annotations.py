@@ -1,0 +1,170 @@
+"""The RayCluster annotations raygpu reads, parsed into one frozen model.
+
+``parse_cluster_policy`` never raises: a bad value becomes an
+:class:`AnnotationProblem` (the caller turns it into a Kubernetes Event
+``InvalidAnnotation``) and the field keeps its safe default. A misspelt key
+close to a known one (``raygpu.io/gang-backed``) is reported too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from raygpu.model.gang import Backend
+
+KEY_GANG_BACKEND = "raygpu.io/gang-backend"
+KEY_QUEUE = "raygpu.io/queue"
+KEY_GANG_TEMPLATE = "raygpu.io/gang-template"
+KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"
+KEY_RECLAIM = "raygpu.io/reclaim"
+KEY_RECONCILE = "raygpu.io/reconcile"
+GROUP_IDLE_TIMEOUT_PREFIX = KEY_IDLE_TIMEOUT + "."  # raygpu.io/idle-timeout.<worker group>
+POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE)
+
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_RE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
+_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_QUEUE_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+_GROUP_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+
+
+class ReclaimMode(str, Enum):
+    OFF = "off"  # never scale workers down
+    DRY_RUN = "dry-run"  # decide and report, write nothing
+    ON = "on"  # scale idle workers down
+
+
+class ReconcileMode(str, Enum):
+    REPORT = "report"  # findings only
+    REPAIR = "repair"  # findings plus the safe fixes
+
+
+class ClusterPolicy(BaseModel):
+    """Per-RayCluster settings; every field has the safe default used when its annotation is bad."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gang_backend: Backend = Backend.NONE
+    queue: str | None = None
+    gang_template: str | None = None  # None: the planner chooses the worker group
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    reclaim: ReclaimMode = ReclaimMode.DRY_RUN
+    reconcile: ReconcileMode = ReconcileMode.REPORT
+    group_idle_timeout_s: dict[str, float] = Field(default_factory=dict)
+
+    def idle_timeout_for(self, group_name: str) -> float:
+        """Idle timeout of worker group ``group_name``: its override, else the cluster's."""
+        return self.group_idle_timeout_s.get(group_name, self.idle_timeout_s)
+
+
+class AnnotationProblem(BaseModel):
+    """One annotation raygpu could not use: which, its value, why, and what it used instead."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    value: str
+    reason: str
+    default_used: str
+
+
+def parse_duration_s(value: str) -> float:
+    """``"300s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` or a plain number of seconds -> seconds.
+
+    Raises ValueError unless the result is finite and > 0.
+    """
+    s = value.strip().lower()
+    if _DURATION_RE.match(s):
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART_RE.findall(s))
+    else:
+        try:
+            seconds = float(s)
+        except ValueError:
+            raise ValueError("not a duration; use a number of seconds or e.g. 300s, 5m, 1h") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("a duration must be finite and > 0")
+    return seconds
+
+
+def _enum_value(enum: type[Enum], raw: str) -> Enum:
+    for member in enum:  # type: ignore[var-annotated]
+        if raw.strip().lower() == member.value:
+            return member
+    raise ValueError("expected one of: " + "|".join(m.value for m in enum))  # type: ignore[var-annotated]
+
+
+def _text(raw: object) -> str:
+    if not isinstance(raw, str):
+        raise TypeError(f"annotation values are strings, got {type(raw).__name__}")
+    return raw
+
+
+def _queue_name(raw: str) -> str:
+    s = raw.strip()
+    if not _QUEUE_RE.match(s) or len(s) > 253:
+        raise ValueError("empty value" if not s else "not a Kubernetes object name (lowercase a-z, 0-9, '-', '.')")
+    return s
+
+
+def _group_name(raw: str) -> str:
+    s = raw.strip()
+    if not _GROUP_RE.match(s) or len(s) > 63:
+        raise ValueError("empty value" if not s else "not a worker group name (a label value: <= 63 of A-Z a-z 0-9 - _ .)")
+    return s
+
+
+def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPolicy, list[AnnotationProblem]]:
+    """Parse raygpu's annotations of a RayCluster. Never raises.
+
+    Returns the policy and one AnnotationProblem per value that was ignored
+    (the field keeps its default) or per key that looks like a misspelt raygpu key.
+    """
+    ann = annotations or {}
+    fields: dict[str, object] = {}
+    problems: list[AnnotationProblem] = []
+    defaults = ClusterPolicy()
+
+    def take(key: str, field: str, parse) -> None:  # parse: str -> value, ValueError when bad
+        if key not in ann:
+            return
+        raw = ann[key]
+        try:
+            fields[field] = parse(_text(raw))
+        except (ValueError, TypeError) as exc:
+            default = getattr(defaults, field)
+            shown = default.value if isinstance(default, Enum) else default
+            problems.append(AnnotationProblem(key=key, value=str(raw), reason=str(exc), default_used=repr(shown)))
+
+    take(KEY_GANG_BACKEND, "gang_backend", lambda v: _enum_value(Backend, v))
+    take(KEY_QUEUE, "queue", _queue_name)
+    take(KEY_GANG_TEMPLATE, "gang_template", _group_name)
+    take(KEY_IDLE_TIMEOUT, "idle_timeout_s", parse_duration_s)
+    take(KEY_RECLAIM, "reclaim", lambda v: _enum_value(ReclaimMode, v))
+    take(KEY_RECONCILE, "reconcile", lambda v: _enum_value(ReconcileMode, v))
+
+    group_timeouts: dict[str, float] = {}
+    cluster_timeout = fields.get("idle_timeout_s", defaults.idle_timeout_s)
+    for key in sorted(ann):
+        raw = str(ann[key])
+        if key.startswith(GROUP_IDLE_TIMEOUT_PREFIX):
+            group = key[len(GROUP_IDLE_TIMEOUT_PREFIX):]
+            try:
+                if not group:
+                    raise ValueError("no worker group name after 'raygpu.io/idle-timeout.'")
+                group_timeouts[group] = parse_duration_s(_text(ann[key]))
+            except (ValueError, TypeError) as exc:
+                problems.append(AnnotationProblem(key=key, value=raw, reason=str(exc),
+                                                  default_used=f"cluster idle timeout {cluster_timeout:g}s"))
+        elif key.startswith("raygpu.io/") and key not in POLICY_KEYS:
+            close = difflib.get_close_matches(key, POLICY_KEYS, n=1, cutoff=0.85)
+            if close:
+                problems.append(AnnotationProblem(key=key, value=raw, reason=f"unknown key; did you mean {close[0]}?",
+                                                  default_used="ignored"))
+    fields["group_idle_timeout_s"] = group_timeouts
+    return ClusterPolicy(**fields), problems

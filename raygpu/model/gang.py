@@ -1,0 +1,270 @@
+"""Gang reservations as data: the request, the plan, and the reservation lifecycle.
+
+A :class:`GangRequest` is what a driver asks for (Ray bundles + strategy); a
+:class:`GangPlan` is what ``raygpu.plan.gang.plan_gang`` decides (one worker
+group of ``n`` pods copied from one template group, and which bundle lands on
+which pod). :data:`ALLOWED_TRANSITIONS` is the whole reservation lifecycle in
+one table. Pure data: no I/O, no ray/kubernetes imports.
+
+Constructing a request with bad input raises :class:`~raygpu.errors.PermanentError`
+(never a bare pydantic ``ValidationError`` for the checks below), so callers
+see raygpu's error vocabulary from the first line.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from raygpu.errors import PermanentError
+from raygpu.model.shapes import GpuShape
+
+# Labels and annotations raygpu writes on Kubernetes objects (and Ray node labels).
+LABEL_RESERVATION = "raygpu.io/reservation"  # value: GangPlan.reservation_group; pods, Ray nodes, gang objects
+LABEL_OWNER_JOB = "raygpu.io/owner-job"  # Ray job id of the driver that owns the reservation (GC when it dies)
+LABEL_CLUSTER = "raygpu.io/cluster"  # RayCluster name, on gang objects (PodGroups) raygpu creates
+ANNOTATION_RESERVATION_STATE = "raygpu.io/reservation-state"  # a ReservationState value
+ANNOTATION_PLACEMENT_GROUP = "raygpu.io/placement-group"  # Ray placement group id, once created
+ANNOTATION_PLAN_REASON = "raygpu.io/plan-reason"  # GangPlan.reason, for humans reading kubectl output
+
+
+class Strategy(str, Enum):
+    """Ray placement strategies (same spelling as ``ray.util.placement_group``)."""
+
+    PACK = "PACK"
+    SPREAD = "SPREAD"
+    STRICT_PACK = "STRICT_PACK"
+    STRICT_SPREAD = "STRICT_SPREAD"
+
+
+class Backend(str, Enum):
+    """How the reserved pods are made all-or-nothing at the Kubernetes layer."""
+
+    COSCHEDULING = "coscheduling"  # scheduler-plugins PodGroup
+    KUEUE = "kueue"  # Kueue plain-pod groups
+    VOLCANO = "volcano"  # Volcano PodGroup
+    NONE = "none"  # the worker group alone: atomic scale-up, no Kubernetes gang
+
+
+def parse_enum(enum: type[Enum], value: Any, what: str) -> Any:
+    """``enum(value)`` (case-insensitive for strings), else PermanentError listing the choices."""
+    if isinstance(value, enum):
+        return value
+    for member in enum:  # type: ignore[var-annotated]
+        if isinstance(value, str) and value.strip().lower() == str(member.value).lower():
+            return member
+    choices = ", ".join(str(m.value) for m in enum)  # type: ignore[var-annotated]
+    raise PermanentError(f"unknown {what} {value!r}; expected one of: {choices}")
+
+
+def check_bundle(raw: Any, index: int | None = None) -> dict[str, float]:
+    """Validate one Ray bundle: a non-empty map of resource name -> finite amount > 0.
+
+    Raises PermanentError naming the bundle index (when given), the resource and the amount.
+    """
+    where = "bundle" if index is None else f"bundle {index}"
+    if not isinstance(raw, Mapping) or not raw:
+        raise PermanentError(f"{where} must be a non-empty dict of Ray resources, got {raw!r}")
+    out: dict[str, float] = {}
+    for key, amount in raw.items():
+        if not isinstance(key, str) or not key:
+            raise PermanentError(f"{where}: resource names must be non-empty strings, got {key!r}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise PermanentError(f"{where} asks {key}={amount!r}; amounts must be numbers")
+        if not math.isfinite(amount) or amount <= 0:
+            raise PermanentError(f"{where} asks {key}={amount}; amounts must be finite and > 0")
+        out[key] = float(amount)
+    return out
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+
+class Bundle(_Frozen):
+    """One Ray bundle, e.g. ``Bundle(resources={"GPU": 8, "CPU": 32})``; ``memory`` is in bytes."""
+
+    resources: dict[str, float]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wrap_plain_dict(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and not (set(data) == {"resources"} and isinstance(data["resources"], Mapping)):
+            return {"resources": data}  # Bundle.model_validate({"GPU": 1}) works too
+        return data
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _check(cls, value: Any) -> dict[str, float]:
+        return check_bundle(value)
+
+    def get(self, resource: str) -> float:
+        return self.resources.get(resource, 0.0)
+
+
+class GangRequest(_Frozen):
+    """What a driver asks for: ``bundles`` placed with ``strategy`` on RayCluster ``cluster``.
+
+    ``backend``/``queue`` of None mean "use the cluster's annotations". ``timeout_s``
+    bounds the wait for the whole gang; past it everything is rolled back.
+    """
+
+    name: str
+    cluster: str
+    namespace: str = "default"
+    bundles: tuple[Bundle, ...]
+    strategy: Strategy = Strategy.PACK
+    backend: Backend | None = None
+    timeout_s: float = 300.0
+    queue: str | None = None
+    owner_job: str | None = None  # Ray job id; labels the pods so a dead driver's gang is collected
+
+    @field_validator("name", "cluster", "namespace", mode="before")
+    @classmethod
+    def _non_empty(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            raise PermanentError(f"gang request names must be non-empty strings, got {value!r}")
+        return value
+
+    @field_validator("bundles", mode="before")
+    @classmethod
+    def _check_bundles(cls, value: Any) -> tuple[Bundle, ...]:
+        if isinstance(value, (str, bytes, Mapping)) or not value:
+            raise PermanentError(f"a gang needs a non-empty list of bundles, got {value!r}")
+        items = list(value)
+        return tuple(b if isinstance(b, Bundle) else Bundle(resources=check_bundle(b, i)) for i, b in enumerate(items))
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _strategy(cls, value: Any) -> Strategy:
+        return parse_enum(Strategy, value, "placement strategy")
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend(cls, value: Any) -> Backend | None:
+        return None if value is None else parse_enum(Backend, value, "gang backend")
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _timeout(cls, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise PermanentError(f"timeout_s must be a finite number of seconds > 0, got {value!r}")
+        return float(value)
+
+
+class PodNeed(_Frozen):
+    """The pods a plan needs: ``pod_count`` copies of worker group ``template_group``.
+
+    ``k8s_requests``/``k8s_limits`` are per pod in Kubernetes names (all containers,
+    what a PodGroup's minResources sums); ``ray_resources`` is what Ray will see
+    on each pod (``GPU``, ``CPU``, ``memory`` in bytes, custom resources).
+    ``gpu_shape`` is None for pods without GPUs.
+    """
+
+    template_group: str
+    pod_count: int = Field(gt=0)
+    k8s_requests: dict[str, float]
+    k8s_limits: dict[str, float]
+    ray_resources: dict[str, float]
+    gpu_shape: GpuShape | None = None
+
+
+class GangPlan(_Frozen):
+    """The decision for one GangRequest; nothing exists in Kubernetes yet.
+
+    ``bundle_to_pod[i]`` is the pod index (0..pod_count-1) bundle ``i`` is planned on.
+    ``reservation_group`` is the new worker group's name and the value of
+    :data:`LABEL_RESERVATION`; ``gang_name`` names the backend's gang object
+    (PodGroup / Kueue pod group), unique per cluster and namespace.
+    """
+
+    name: str
+    cluster: str
+    namespace: str
+    strategy: Strategy
+    backend: Backend
+    queue: str | None
+    timeout_s: float
+    need: PodNeed
+    bundle_to_pod: tuple[int, ...]
+    reservation_group: str
+    gang_name: str
+    reason: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def pod_count(self) -> int:
+        return self.need.pod_count
+
+    def bundles_on_pod(self, pod_index: int) -> tuple[int, ...]:
+        """Bundle indices planned on pod ``pod_index``."""
+        return tuple(i for i, p in enumerate(self.bundle_to_pod) if p == pod_index)
+
+
+class ReservationState(str, Enum):
+    """Lifecycle of one reservation; stored in annotation :data:`ANNOTATION_RESERVATION_STATE`."""
+
+    PLANNED = "planned"  # plan computed, nothing created
+    RESERVED = "reserved"  # gang objects created and the worker group patched into the RayCluster
+    ADMITTED = "admitted"  # the backend admitted the whole gang (PodGroup scheduled / Kueue admitted)
+    BOUND = "bound"  # all n pods bound to nodes and Running
+    READY = "ready"  # all n Ray nodes joined with the reservation label; the Ray PG is pinned to them
+    RELEASED = "released"  # normal end: objects deleted after the PG was removed or its driver died
+    FAILED = "failed"  # something broke or timed out; the reservation must be rolled back
+    ROLLED_BACK = "rolled_back"  # after a failure: every object of the reservation deleted
+
+
+S = ReservationState
+ALLOWED_TRANSITIONS: dict[ReservationState, frozenset[ReservationState]] = {
+    S.PLANNED: frozenset({
+        S.RESERVED,  # one RayCluster patch (test on resourceVersion) + gang objects created
+        S.FAILED,  # creating failed for good (denied, infeasible after re-plan, retries exhausted)
+    }),
+    S.RESERVED: frozenset({
+        S.ADMITTED,  # the backend admitted the gang whole (backend "none": at once)
+        S.FAILED,  # not admitted within timeout_s, or the PodGroup / workload was rejected
+        S.RELEASED,  # the driver removed the PG (or died) before admission: delete what exists
+    }),
+    S.ADMITTED: frozenset({
+        S.BOUND,  # kube-scheduler bound all n pods and they are Running
+        S.FAILED,  # pods did not bind/run within timeout_s, or were evicted
+        S.RELEASED,  # cancelled while pods were starting
+    }),
+    S.BOUND: frozenset({
+        S.READY,  # all n Ray nodes registered with the reservation label; PG created on them
+        S.FAILED,  # Ray nodes never joined within timeout_s, or the PG could not be created
+        S.RELEASED,  # cancelled while Ray nodes were joining
+    }),
+    S.READY: frozenset({
+        S.RELEASED,  # remove_placement_group, the PG vanished from Ray, or its driver died
+        S.FAILED,  # a reserved pod or Ray node was lost for good; the gang is broken
+    }),
+    S.FAILED: frozenset({
+        S.ROLLED_BACK,  # worker group removed, gang objects deleted: nothing stays held
+    }),
+    S.RELEASED: frozenset(),  # terminal
+    S.ROLLED_BACK: frozenset(),  # terminal
+}
+del S
+
+
+def is_terminal(state: ReservationState | str) -> bool:
+    """True when no transition leaves ``state``."""
+    return not ALLOWED_TRANSITIONS[parse_enum(ReservationState, state, "reservation state")]
+
+
+def check_transition(current: ReservationState | str, target: ReservationState | str) -> ReservationState:
+    """Return ``target`` as a ReservationState if ``current -> target`` is an edge of the table.
+
+    Strings (annotation values) are accepted. Raises PermanentError on an unknown
+    state or an illegal edge; staying in the same state is not an edge.
+    """
+    a = parse_enum(ReservationState, current, "reservation state")
+    b = parse_enum(ReservationState, target, "reservation state")
+    if b not in ALLOWED_TRANSITIONS[a]:
+        allowed = ", ".join(sorted(s.value for s in ALLOWED_TRANSITIONS[a])) or "nothing (terminal)"
+        raise PermanentError(f"illegal reservation transition {a.value} -> {b.value}; from {a.value} allowed: {allowed}")
+    return b

@@ -1,0 +1,260 @@
+"""Plan one gang reservation: which worker group to copy, how many pods, which bundle on which pod.
+
+``plan_gang`` is pure: no I/O, no clock, no ray/kubernetes imports. Every
+error is raised before anything is created: PermanentError for malformed
+input, InfeasibleError (naming the bundle, resource, amount and the largest
+template) for a request no worker group of the cluster can ever hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from raygpu.errors import InfeasibleError, PermanentError
+from raygpu.model.annotations import ClusterPolicy, parse_cluster_policy
+from raygpu.model.gang import Backend, Bundle, GangPlan, GangRequest, PodNeed, Strategy
+from raygpu.model.raycluster import GroupTemplate, RayClusterView
+from raygpu.model.shapes import GpuKind
+from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
+                                  template_capacity, template_gpu_shape)
+
+_EPS = 1e-9
+_KIND_WORDS = {GpuKind.WHOLE: "whole-GPU", GpuKind.MIG: "MIG", GpuKind.SHARE: "shared-GPU"}
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    group: GroupTemplate
+    index: int
+    cap: dict[str, float]
+
+    def kind(self) -> GpuKind | None:
+        shape, _ = template_gpu_shape(self.group)
+        return shape.kind if shape is not None else None
+
+
+def dns_label(text: str, prefix: str = "") -> str:
+    """``prefix + text`` as a DNS label (<= 63 chars, [a-z0-9-]); deterministic.
+
+    When ``text`` had to be changed or cut, 8 hex digits of its SHA-256 are
+    appended so that different texts keep different labels.
+    """
+    clean = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", text.lower())).strip("-")
+    if clean == text and clean and len(prefix + clean) <= 63:
+        return prefix + clean
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    head = (prefix + clean)[: 63 - 9].rstrip("-") or "rg"
+    return f"{head}-{digest}"
+
+
+def reservation_group_name(request_name: str) -> str:
+    """The worker group name of a reservation: ``rg-<name>`` as a valid DNS label."""
+    return dns_label(request_name, prefix="rg-")
+
+
+def _misfit(amounts: dict[str, float], cap: dict[str, float]) -> str | None:
+    """The first resource of ``amounts`` that ``cap`` cannot hold, or None when all fit."""
+    return next((r for r, v in amounts.items() if v > cap.get(r, 0.0) + _EPS), None)
+
+
+def _is_fractional(gpu: float) -> bool:
+    return gpu > 0 and abs(gpu - round(gpu)) > _EPS
+
+
+def _shape_ok(bundle: Bundle, c: _Candidate) -> bool:
+    gpu = bundle.get(GPU)
+    if gpu <= 0:
+        return True
+    return c.kind() is GpuKind.SHARE if _is_fractional(gpu) else c.kind() in (GpuKind.WHOLE, GpuKind.MIG)
+
+
+def _fits(bundle: Bundle, c: _Candidate) -> bool:
+    return _shape_ok(bundle, c) and _misfit(bundle.resources, c.cap) is None
+
+
+def _largest(cands: list[_Candidate], resource: str) -> _Candidate | None:
+    return max(cands, key=lambda c: (c.cap.get(resource, 0.0), -c.index), default=None)
+
+
+def _why_not(i: int, bundle: Bundle, cands: list[_Candidate], prefix: str) -> InfeasibleError:
+    """Explain why bundle ``i`` fits none of ``cands``."""
+    gpu = bundle.get(GPU)
+    if gpu > 0:
+        fractional = _is_fractional(gpu)
+        compatible = [c for c in cands if _shape_ok(bundle, c)]
+        if not compatible:
+            gpu_cands = [c for c in cands if c.kind() is not None]
+            kinds = sorted({_KIND_WORDS[c.kind()] for c in gpu_cands})  # type: ignore[index]
+            big = _largest(gpu_cands, GPU)
+            have = (f"only {' and '.join(kinds)} templates (largest: {describe_group(big.group)})"
+                    if big else "no GPU templates")
+            need = ("fractional GPUs need a shared-GPU template (limits nvidia.com/gpu.shared and rayStartParams "
+                    f"num-gpus); raygpu does not round GPU={gpu:g} to a whole GPU or a MIG slice" if fractional else
+                    "whole GPUs need a template with nvidia.com/gpu or a MIG profile; a shared GPU is not "
+                    "an isolated GPU and is never used for a whole-number GPU request")
+            return InfeasibleError(f"{prefix}bundle {i} asks GPU={gpu:g}; this cluster has {have}; {need}",
+                                   bundle_index=i, resource=GPU, requested=gpu, limit=0.0,
+                                   template=big.group.group_name if big else None)
+        cands, scope = compatible, ("shared-GPU " if fractional else "whole-GPU/MIG ")
+    else:
+        scope = ""
+    for resource, amount in bundle.resources.items():
+        big = _largest(cands, resource)
+        best = big.cap.get(resource, 0.0) if big else 0.0
+        if amount > best + _EPS:
+            have = (f"the largest {scope}template has {resource}={format_amount(resource, best)}: "
+                    f"{describe_group(big.group)}"
+                    if big and best > 0 else f"no worker group offers Ray resource {resource!r}")
+            return InfeasibleError(
+                f"{prefix}bundle {i} asks {resource}={format_amount(resource, amount)}; {have}; "
+                "a bundle must fit on one pod: split it or add a bigger worker group",
+                bundle_index=i, resource=resource, requested=amount, limit=best,
+                template=big.group.group_name if big and best > 0 else None)
+    lacks = [(c, _misfit(bundle.resources, c.cap)) for c in cands]
+    first_c, first_r = lacks[0]
+    detail = "; ".join(f"group '{c.group.group_name}' has {r}={format_amount(r, c.cap.get(r, 0.0))}" for c, r in lacks)
+    return InfeasibleError(
+        f"{prefix}bundle {i} asks {format_ray_resources(bundle.resources)}; no single template holds all of it ({detail})",
+        bundle_index=i, resource=first_r, requested=bundle.get(first_r or ""), limit=first_c.cap.get(first_r or "", 0.0),
+        template=first_c.group.group_name)
+
+
+def _pack(bundles: tuple[Bundle, ...], strategy: Strategy, c: _Candidate) -> list[int] | InfeasibleError:
+    """Bundle -> pod index for ``strategy`` on pods of ``c`` (each bundle already fits one pod)."""
+    if strategy in (Strategy.SPREAD, Strategy.STRICT_SPREAD):
+        return list(range(len(bundles)))  # one bundle per pod: we own the pods, spreading is free
+    if strategy is Strategy.STRICT_PACK:
+        used: dict[str, float] = {}
+        for i, b in enumerate(bundles):
+            for r, v in b.resources.items():
+                used[r] = used.get(r, 0.0) + v
+            r = _misfit(used, c.cap)
+            if r is not None:
+                total = sum(x.get(r) for x in bundles)
+                return InfeasibleError(
+                    f"STRICT_PACK puts all {len(bundles)} bundles on one pod: together they ask "
+                    f"{r}={format_amount(r, total)} (exceeded at bundle {i}); {describe_group(c.group)} holds "
+                    f"{r}={format_amount(r, c.cap.get(r, 0.0))}",
+                    bundle_index=i, resource=r, requested=total, limit=c.cap.get(r, 0.0), template=c.group.group_name)
+        return [0] * len(bundles)
+    # PACK: first-fit-decreasing by dominant share of a pod, ties by bundle index (deterministic).
+    order = sorted(range(len(bundles)), key=lambda i: (
+        -max(v / c.cap[r] for r, v in bundles[i].resources.items()), i))
+    free: list[dict[str, float]] = []
+    assign = [0] * len(bundles)
+    for i in order:
+        pod = next((p for p, left in enumerate(free) if _misfit(bundles[i].resources, left) is None), None)
+        if pod is None:
+            free.append(dict(c.cap))
+            pod = len(free) - 1
+        for r, v in bundles[i].resources.items():
+            free[pod][r] -= v
+        assign[i] = pod
+    return assign
+
+
+def _waste(bundles: tuple[Bundle, ...], c: _Candidate, pods: int) -> tuple[float, float]:
+    """(idle Ray GPUs, idle fraction of other resources summed) over the whole gang."""
+    def idle(r: str) -> float:
+        return pods * c.cap.get(r, 0.0) - sum(b.get(r) for b in bundles)
+    other = sum(idle(r) / cap for r, cap in c.cap.items() if r != GPU)
+    return idle(GPU), other
+
+
+def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None) -> GangPlan:
+    """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
+
+    Promises: the plan uses one worker group template; every bundle fits its
+    pod; the same inputs give the same plan. Raises PermanentError (bad input,
+    unknown group, Kueue without a queue) or InfeasibleError (cannot ever fit).
+    """
+    if policy is None:
+        policy, _ = parse_cluster_policy(cluster.annotations)
+    # 1. Validate what the request models cannot check alone.
+    if (request.cluster, request.namespace) != (cluster.name, cluster.namespace):
+        raise PermanentError(f"request is for {request.namespace}/{request.cluster}, "
+                             f"the snapshot is {cluster.namespace}/{cluster.name}")
+    backend = request.backend or policy.gang_backend
+    queue = request.queue or policy.queue
+    if backend is Backend.KUEUE and not queue:
+        raise PermanentError("backend kueue needs a LocalQueue: set raygpu.io/queue or pass queue=")
+    if not cluster.worker_groups:
+        raise InfeasibleError(f"RayCluster {cluster.namespace}/{cluster.name} has no worker groups; "
+                              "a reservation copies a worker group template")
+    cands = [_Candidate(g, i, template_capacity(g)) for i, g in enumerate(cluster.worker_groups)]
+    prefix = ""
+    if policy.gang_template is not None:
+        named = [c for c in cands if c.group.group_name == policy.gang_template]
+        if not named:
+            raise PermanentError(f"raygpu.io/gang-template names group '{policy.gang_template}'; the worker groups "
+                                 f"are: {', '.join(c.group.group_name for c in cands)}")
+        cands, prefix = named, f"raygpu.io/gang-template names group '{policy.gang_template}': "
+    bundles = request.bundles
+    for i, b in enumerate(bundles):
+        if not any(_fits(b, c) for c in cands):
+            raise _why_not(i, b, cands, prefix)
+
+    # 2. Choose the template: it must fit every bundle; then least waste.
+    common = [c for c in cands if all(_fits(b, c) for b in bundles)]
+    if not common:
+        best = max(cands, key=lambda c: (sum(_fits(b, c) for b in bundles), -c.index))
+        i = next(i for i, b in enumerate(bundles) if not _fits(b, best))
+        fits = "; ".join(f"bundle {j} fits {[c.group.group_name for c in cands if _fits(b, c)]}"
+                         for j, b in enumerate(bundles))
+        r = _misfit(bundles[i].resources, best.cap) or GPU
+        raise InfeasibleError(f"no single worker group fits every bundle ({fits}): bundle {i} asks "
+                              f"{r}={format_amount(r, bundles[i].get(r))}, {describe_group(best.group)} has "
+                              f"{r}={format_amount(r, best.cap.get(r, 0.0))}; one reservation copies one template",
+                              bundle_index=i, resource=r, requested=bundles[i].get(r), limit=best.cap.get(r, 0.0),
+                              template=best.group.group_name)
+
+    # 3. Pack bundles into pods on every fitting template; keep the least wasteful.
+    options, failures = [], []
+    for c in common:
+        packed = _pack(bundles, request.strategy, c)
+        if isinstance(packed, InfeasibleError):
+            failures.append(packed)
+            continue
+        pods = max(packed) + 1
+        gpu_idle, other_idle = _waste(bundles, c, pods)
+        mig_rank = int(c.kind() is GpuKind.MIG and any(b.get(GPU) for b in bundles))  # prefer whole GPUs
+        options.append(((mig_rank, gpu_idle, pods, other_idle, c.index), c, packed))
+    if not options:
+        raise max(failures, key=lambda e: e.limit or 0.0)
+    options.sort(key=lambda o: o[0])
+    (_, gpu_idle, pods, _, _), chosen, assign = options[0]
+
+    # 4. Emit the plan with its explanation.
+    group = chosen.group
+    shape, _ = template_gpu_shape(group)
+    requests, limits = pod_k8s_resources(group)
+    rg = reservation_group_name(request.name)
+    rule = {Strategy.STRICT_SPREAD: "one bundle per pod",
+            Strategy.SPREAD: "one bundle per pod (raygpu owns the pods, so spreading costs nothing)",
+            Strategy.STRICT_PACK: "all bundles on one pod",
+            Strategy.PACK: "first-fit-decreasing into as few pods as possible"}[request.strategy]
+    reason = [f"{request.strategy.value}: {len(bundles)} bundle(s) -> {pods} pod(s) of {describe_group(group)}; {rule}"]
+    if shape is not None and shape.kind is GpuKind.MIG and any(b.get(GPU) for b in bundles):
+        reason.append(f"planned as MIG slices: 1 GPU = one {shape.resource.split('/')[-1]} slice "
+                      f"({shape.compute_slices}/7 of a GPU's compute, {shape.memory_gb} GB), not a whole GPU")
+    if shape is not None and shape.kind is GpuKind.SHARE and any(b.get(GPU) for b in bundles):
+        reason.append(f"GPU amounts are shares of {shape.resource} (time-sliced, not isolated); Ray GPU="
+                      f"{chosen.cap.get(GPU, 0):g} per pod")
+    if policy.gang_template is not None:
+        reason.append("template named by raygpu.io/gang-template")
+    elif len(options) > 1:
+        others = ", ".join(f"'{c.group.group_name}'" for _, c, _ in options[1:])
+        reason.append(f"chosen for least waste ({gpu_idle:g} Ray GPU idle) over {others}")
+    notes = []
+    if pods > group.max_replicas:
+        notes.append(f"{pods} pods exceed group '{group.group_name}' maxReplicas={group.max_replicas}; allowed: "
+                     f"the reservation is its own worker group '{rg}' with replicas = minReplicas = maxReplicas = {pods}")
+    return GangPlan(
+        name=request.name, cluster=cluster.name, namespace=cluster.namespace, strategy=request.strategy,
+        backend=backend, queue=queue, timeout_s=request.timeout_s,
+        need=PodNeed(template_group=group.group_name, pod_count=pods, k8s_requests=requests, k8s_limits=limits,
+                     ray_resources=chosen.cap, gpu_shape=shape),
+        bundle_to_pod=tuple(assign), reservation_group=rg, gang_name=dns_label(f"{cluster.name}-{rg}"),
+        reason="; ".join(reason + notes), notes=tuple(notes))
