@@ -1,1 +1,15 @@
-"""raygpu: make Ray and Kubernetes agree about GPUs."""
+"""raygpu: make Ray and Kubernetes agree about GPUs.
+
+* ``placement_group`` / ``remove_placement_group`` / ``gang_placement_group``:
+  a Ray placement group with its own all-or-nothing Kubernetes gang reservation.
+* ``plan_placement_group``: the same plan as a dry run, with no side effects.
+"""
+
+from raygpu.errors import ConflictError, InfeasibleError, PermanentError, RayGpuError, TransientError
+from raygpu.gang.api import (GangPlacementGroup, gang_placement_group, placement_group, plan_placement_group,
+                             remove_placement_group)
+
+__all__ = [
+    "placement_group", "remove_placement_group", "gang_placement_group", "plan_placement_group",
+    "GangPlacementGroup", "RayGpuError", "TransientError", "PermanentError", "InfeasibleError", "ConflictError",
+]

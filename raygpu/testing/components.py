@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VERSIONS = {
-    "kubernetes": "v1.34.7",  # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl
-    "scheduler-plugins": "v0.34.7",  # released for Kubernetes 1.34.7; coscheduling
+    "kubernetes": "v1.34.4",  # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl
+    "scheduler-plugins": "v0.34.7",  # coscheduling; released for 1.34.7, built against 1.34.4
     "kuberay": "v1.5.0",  # ray-operator
     "kueue": "v0.17.0",
     "kwok": "v0.8.0",

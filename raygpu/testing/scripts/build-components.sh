@@ -7,8 +7,10 @@
 # Prints how long each set took; exits non-zero naming the component that failed.
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.34.7}"          # kube-apiserver/scheduler/controller-manager/kubectl
-SCHED_PLUGINS_VERSION="${SCHED_PLUGINS_VERSION:-v0.34.7}"  # released for k8s 1.34.7
+K8S_VERSION="${K8S_VERSION:-v1.34.4}"          # kube-apiserver/scheduler/controller-manager/kubectl
+# (v1.34.7 would match scheduler-plugins exactly, but the module proxy refuses
+#  several of its staging modules, e.g. k8s.io/cri-client@v0.34.7: 403.)
+SCHED_PLUGINS_VERSION="${SCHED_PLUGINS_VERSION:-v0.34.7}"  # released for k8s 1.34.7, built here against 1.34.4
 KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"   # k8s 0.34 libs: shares the k8s module
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
@@ -48,6 +50,7 @@ build_k8s() {
     echo ")"
     echo
     echo "replace ("
+    echo "  k8s.io/kubernetes => k8s.io/kubernetes $K8S_VERSION"
     grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging" '{print "  " $1 " => " $1 " " v}'
     echo ")"
   } > "$src/go.mod"

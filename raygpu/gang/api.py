@@ -1,0 +1,220 @@
+"""``raygpu.placement_group``: a Ray placement group backed by a Kubernetes gang reservation.
+
+Flow (one call): plan the pods the bundles need -> reserve them as one
+all-or-nothing gang (state ConfigMap, PodGroup or Kueue group, one tested
+RayCluster patch adding a worker group of exactly those pods) -> create the
+Ray placement group pinned to them with ``bundle_label_selector`` on the Ray
+node label ``raygpu.io/reservation``. A watchdog thread follows the
+reservation (reserved -> admitted -> bound -> ready) and rolls everything back
+if it is not ready within ``timeout_s``. ``remove_placement_group``, the
+context manager, interpreter exit and Ctrl-C all release it; a driver killed
+outright is collected by the sidecar's garbage collection.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.errors import PermanentError
+from raygpu.gang.reservation import Reservation, reserve
+from raygpu.model.gang import LABEL_RESERVATION, GangPlan, GangRequest, ReservationState
+from raygpu.plan.gang import plan_gang
+
+HEARTBEAT_EVERY_S = 10.0
+_LIVE: set["GangPlacementGroup"] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None) -> GangRequest:
+    import uuid
+    return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
+                       bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
+                       owner_job=owner_job)
+
+
+def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
+                         namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
+                         name: str | None = None, queue: str | None = None,
+                         kubeconfig: str | None = None) -> GangPlan:
+    """Dry run: read the RayCluster and return the plan. Creates nothing, writes nothing.
+
+    Raises InfeasibleError (which bundle, which resource, which limit) or
+    PermanentError (bad input, unknown cluster or backend).
+    """
+    kube = KubeAdapter(kubeconfig)
+    req = _request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue)
+    return plan_gang(req, kube.get_raycluster(namespace, cluster))
+
+
+class GangPlacementGroup:
+    """A Ray placement group whose bundles sit on pods reserved for it as one gang."""
+
+    def __init__(self, reservation: Reservation, pg: Any, progress: Callable[[str], None]) -> None:
+        self.reservation = reservation
+        self.placement_group = pg
+        self._progress = progress
+        self._stop = threading.Event()
+        self._released = False
+        self._lock = threading.Lock()
+        self.error: str | None = None
+        self._deadline = time.monotonic() + reservation.request.timeout_s
+        self._thread = threading.Thread(target=self._watch, name=f"raygpu-{reservation.plan.gang_name}", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- API
+    @property
+    def plan(self) -> GangPlan:
+        return self.reservation.plan
+
+    @property
+    def state(self) -> ReservationState:
+        return self.reservation.state
+
+    @property
+    def id(self):
+        return self.placement_group.id
+
+    @property
+    def bundle_specs(self):
+        return self.placement_group.bundle_specs
+
+    def ready(self):
+        """The Ray ObjectRef that resolves when every bundle is placed (``ray.get(pg.ready())``).
+
+        If the reservation times out it is rolled back and the placement group
+        removed, so the ref raises instead of hanging.
+        """
+        return self.placement_group.ready()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until ready (True) or until ``timeout_s``/rollback (False)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._released:
+            if self.state == ReservationState.READY:
+                return True
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def remove(self) -> None:
+        """Remove the Ray placement group and release the reservation. Idempotent."""
+        self._finish(None)
+
+    # ------------------------------------------------------------- watchdog
+    def _watch(self) -> None:
+        from ray.util.placement_group import placement_group_table
+        last_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                rsv = self.reservation
+                if rsv.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+                    before = rsv.state
+                    rsv.observe()
+                    if rsv.state != before:
+                        self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
+                if rsv.state == ReservationState.BOUND:
+                    if placement_group_table(self.placement_group).get("state") == "CREATED":
+                        rsv.transition(ReservationState.READY, "all bundles placed on the reserved Ray nodes")
+                        self._progress(f"placement group {rsv.request.name} ready on "
+                                       f"{rsv.plan.pod_count} reserved pods")
+                if rsv.state == ReservationState.READY:
+                    with _LIVE_LOCK:
+                        pass
+                elif time.monotonic() > self._deadline:
+                    self._finish(f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})")
+                    return
+                if time.monotonic() - last_beat > HEARTBEAT_EVERY_S:
+                    rsv.heartbeat(time.time())
+                    last_beat = time.monotonic()
+            except Exception as e:  # noqa: BLE001 - the watchdog must not die silently
+                self._progress(f"watchdog: {e}")
+            self._stop.wait(0.5)
+
+    def _finish(self, failure: str | None) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._stop.set()
+        self.error = failure
+        from ray.util import remove_placement_group
+        try:
+            remove_placement_group(self.placement_group)
+        except Exception:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
+            pass
+        self.reservation.release(failed=failure)
+        self._progress(f"reservation {self.plan.reservation_group} "
+                       f"{'rolled back: ' + failure if failure else 'released'}")
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+
+def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
+                    namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
+                    name: str | None = None, queue: str | None = None, kubeconfig: str | None = None,
+                    progress: Callable[[str], None] | None = None) -> GangPlacementGroup:
+    """Create a Ray placement group whose bundles get their own all-or-nothing Kubernetes gang.
+
+    Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``.
+    ``backend`` (coscheduling|kueue|volcano|none) and ``queue`` default to the
+    cluster's ``raygpu.io/gang-backend`` / ``raygpu.io/queue`` annotations.
+    Returns at once; ``ray.get(pg.ready())`` waits for the gang.
+
+    Raises InfeasibleError / PermanentError before anything is created for
+    requests that cannot be planned (too big a bundle, unknown strategy,
+    backend or cluster, non-positive amounts).
+    """
+    import ray
+    from ray.util import placement_group as ray_pg
+    if not ray.is_initialized():
+        raise PermanentError("raygpu.placement_group needs a connected Ray driver: call ray.init(address=...) first")
+    say = progress or (lambda m: None)
+    job = ray.get_runtime_context().get_job_id()
+    req = _request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=job)
+    kube = KubeAdapter(kubeconfig)
+    rsv = reserve(kube, req, time.time(), progress=say)
+    try:
+        selector = {LABEL_RESERVATION: rsv.plan.reservation_group}
+        pg = ray_pg([dict(b.resources) for b in req.bundles], strategy=req.strategy.value, name=req.name,
+                    bundle_label_selector=[dict(selector) for _ in req.bundles])
+        rsv.record_placement_group(pg.id.hex())
+    except BaseException as e:
+        rsv.release(failed=f"creating the Ray placement group failed: {e}")
+        raise
+    gpg = GangPlacementGroup(rsv, pg, say)
+    with _LIVE_LOCK:
+        _LIVE.add(gpg)
+    return gpg
+
+
+def remove_placement_group(pg: GangPlacementGroup) -> None:
+    """Remove the Ray placement group and release its Kubernetes reservation (idempotent)."""
+    pg.remove()
+
+
+@contextmanager
+def gang_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", **kwargs: Any
+                         ) -> Iterator[GangPlacementGroup]:
+    """``with raygpu.gang_placement_group(...) as pg:`` - always released on exit, error or Ctrl-C."""
+    pg = placement_group(bundles, strategy, **kwargs)
+    try:
+        yield pg
+    finally:
+        pg.remove()
+
+
+@atexit.register
+def _release_all() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for pg in live:
+        try:
+            pg._finish("driver exited before removing its placement group")
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,217 @@
+"""The Kubernetes side of one gang reservation: reserve, observe, release.
+
+The reservation's state lives on Kubernetes, so that a restarted sidecar or
+another driver can read it: a ConfigMap named ``plan.gang_name`` (labels
+``raygpu.io/reservation`` and ``raygpu.io/cluster``, owned by the RayCluster)
+whose annotation ``raygpu.io/reservation-state`` walks the table in
+``raygpu.model.gang.ALLOWED_TRANSITIONS``. Gang objects (PodGroups) are owned
+by that ConfigMap, so deleting it lets the garbage collector take them.
+
+Promises: ``reserve`` changes the RayCluster with exactly one JSON patch that
+tests ``metadata.resourceVersion`` first; a conflict re-reads the cluster and
+re-plans (at most ``MAX_REPLANS`` times), it never overwrites. ``release`` is
+idempotent and leaves no worker group, gang object or state ConfigMap behind.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.errors import ConflictError, PermanentError
+from raygpu.gang.backends import get_backend
+from raygpu.model.annotations import parse_cluster_policy
+from raygpu.model.gang import (ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_RESERVATION_STATE,
+                               LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, GangPlan, GangRequest,
+                               ReservationState, check_transition)
+from raygpu.model.views import K8sPodView
+from raygpu.plan.gang import dns_label, plan_gang
+from raygpu.plan.patch import add_worker_group, raycluster_patch, remove_worker_group
+
+MAX_REPLANS = 5
+ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"
+ANNOTATION_DEADLINE = "raygpu.io/deadline-at"
+
+
+@dataclass
+class Reservation:
+    """Handle on one reservation in one namespace (state ConfigMap ``plan.gang_name``)."""
+
+    kube: KubeAdapter
+    plan: GangPlan
+    request: GangRequest
+    state: ReservationState = ReservationState.PLANNED
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def state_object(self) -> tuple[str, str, str, str]:
+        return ("v1", "ConfigMap", self.plan.gang_name, self.plan.namespace)
+
+    # ------------------------------------------------------------ lifecycle
+    def transition(self, target: ReservationState, note: str = "") -> None:
+        """Move along an edge of the state table and record it on the state ConfigMap."""
+        if target == self.state:
+            return
+        self.state = check_transition(self.state, target)
+        self.history.append(f"{target.value}{': ' + note if note else ''}")
+        api, kind, name, ns = self.state_object
+        try:
+            self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {
+                ANNOTATION_RESERVATION_STATE: target.value}}, "data": {"history": "\n".join(self.history)}})
+        except PermanentError:
+            if target not in (ReservationState.RELEASED, ReservationState.ROLLED_BACK):
+                raise  # the state object vanished under a live reservation
+
+    def pods(self) -> list[K8sPodView]:
+        """The pods of the reservation's worker group."""
+        return [p for p in self.kube.ray_pods(self.plan.namespace, self.plan.cluster)
+                if p.labels.get(LABEL_RESERVATION) == self.plan.reservation_group]
+
+    def observe(self) -> ReservationState:
+        """Advance RESERVED -> ADMITTED -> BOUND from what the pods show; returns the state."""
+        ps = [p for p in self.pods() if not p.deleting]
+        n = self.plan.pod_count
+        gated = any(p.annotations.get("raygpu.io/gated") for p in ps)
+        if self.state == ReservationState.RESERVED and len(ps) == n and not gated and all(p.node_name for p in ps):
+            self.transition(ReservationState.ADMITTED, f"{n} pods scheduled together")
+        if self.state == ReservationState.ADMITTED and all(p.phase == "Running" for p in ps) and len(ps) == n:
+            self.transition(ReservationState.BOUND, f"{n} pods Running on {len({p.node_name for p in ps})} nodes")
+        return self.state
+
+    def heartbeat(self, now_s: float) -> None:
+        api, kind, name, ns = self.state_object
+        self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {ANNOTATION_HEARTBEAT: f"{now_s:.0f}"}}})
+
+    def record_placement_group(self, pg_id: str) -> None:
+        api, kind, name, ns = self.state_object
+        self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {ANNOTATION_PLACEMENT_GROUP: pg_id}}})
+
+    # --------------------------------------------------------------- release
+    def release(self, failed: str | None = None) -> None:
+        """Remove the worker group, the gang objects and the state ConfigMap. Idempotent.
+
+        ``failed`` (a reason) walks FAILED -> ROLLED_BACK instead of RELEASED.
+        """
+        if failed and self.state not in (ReservationState.FAILED, ReservationState.ROLLED_BACK):
+            if self.state == ReservationState.RELEASED:
+                return
+            self.transition(ReservationState.FAILED, failed)
+        remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster, self.plan.reservation_group)
+        api, kind, name, ns = self.state_object
+        self.kube.delete(api, kind, name, ns)  # PodGroups are owned by it: the GC deletes them
+        for obj in get_backend(self.plan.backend).gang_objects(self.plan, self.request, None):
+            self.kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], self.plan.namespace)
+        final = ReservationState.ROLLED_BACK if self.state == ReservationState.FAILED else ReservationState.RELEASED
+        if self.state not in (ReservationState.RELEASED, ReservationState.ROLLED_BACK):
+            self.state = check_transition(self.state, final)
+            self.history.append(final.value)
+
+
+def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, group: str) -> bool:
+    """Remove worker group ``group`` from the RayCluster with a tested JSON patch; re-read on conflict.
+
+    Returns False when the group (or the cluster) is already gone.
+    """
+    for _ in range(MAX_REPLANS):
+        try:
+            view = kube.get_raycluster(namespace, cluster)
+        except PermanentError:
+            return False
+        try:
+            idx = view.group_index(group)
+        except KeyError:
+            return False
+        try:
+            kube.patch_raycluster(namespace, cluster, raycluster_patch(view.resource_version,
+                                                                       remove_worker_group(idx, group)))
+            return True
+        except ConflictError:
+            continue
+    raise ConflictError(f"could not remove worker group {group} from {namespace}/{cluster}: "
+                        f"{MAX_REPLANS} conflicting writes in a row")
+
+
+def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
+            progress: Callable[[str], None] = lambda m: None) -> Reservation:
+    """Plan and reserve ``request``: state ConfigMap, gang objects, one RayCluster patch.
+
+    Raises InfeasibleError / PermanentError before anything is created when the
+    request cannot be planned; on any later failure everything created is
+    deleted before the error propagates.
+    """
+    # 1. read and plan (raises before any write)
+    raw = kube.raw_raycluster(request.namespace, request.cluster)
+    from raygpu.model.raycluster import RayClusterView
+    view = RayClusterView.from_k8s(raw)
+    policy, problems = parse_cluster_policy(view.annotations)
+    for pr in problems:
+        progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
+    plan = plan_gang(request, view, policy)
+    if view.group(plan.reservation_group) is not None:
+        raise PermanentError(f"a reservation named {request.name!r} already exists on {request.namespace}/"
+                             f"{request.cluster} (worker group {plan.reservation_group}); pick another name")
+    progress(f"plan: {plan.reason}")
+    rsv = Reservation(kube, plan, request)
+    backend = get_backend(plan.backend)
+    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name, "uid": view.uid,
+             "blockOwnerDeletion": False}
+    # 2. the state object, owned by the RayCluster
+    labels = {LABEL_RESERVATION: plan.reservation_group, LABEL_CLUSTER: dns_label(plan.cluster)}
+    if request.owner_job:
+        labels[LABEL_OWNER_JOB] = dns_label(request.owner_job)
+    cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": plan.gang_name, "namespace": plan.namespace, "labels": labels, "ownerReferences": [owner],
+        "annotations": {ANNOTATION_RESERVATION_STATE: ReservationState.PLANNED.value,
+                        ANNOTATION_PLAN_REASON: plan.reason[:1000],
+                        ANNOTATION_HEARTBEAT: f"{now_s:.0f}",
+                        ANNOTATION_DEADLINE: f"{now_s + request.timeout_s:.0f}"}},
+        "data": {"plan.json": plan.model_dump_json(), "history": "planned"}})
+    rsv.history.append("planned")
+    try:
+        cm_owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": plan.gang_name,
+                    "uid": cm["metadata"]["uid"], "blockOwnerDeletion": False}
+        # 3. gang objects before the pods exist, so the first pod already finds its group
+        for obj in backend.gang_objects(plan, request, cm_owner):
+            kube.create(obj)
+        # 4. one tested patch; a conflict re-reads and re-plans
+        for attempt in range(MAX_REPLANS):
+            group = view.group(plan.need.template_group)
+            assert group is not None  # the planner chose it from this view
+            spec = backend.worker_group_spec(plan, group, request)
+            try:
+                kube.patch_raycluster(plan.namespace, plan.cluster,
+                                      raycluster_patch(view.resource_version, add_worker_group(spec)))
+                break
+            except ConflictError:
+                progress(f"RayCluster changed under us (attempt {attempt + 1}); re-reading and re-planning")
+                view = kube.get_raycluster(request.namespace, request.cluster)
+                new_plan = plan_gang(request, view, policy)
+                if new_plan.need != plan.need:
+                    raise PermanentError("the cluster's templates changed while reserving; retry the request")
+        else:
+            raise ConflictError(f"{MAX_REPLANS} conflicting writes in a row on {plan.namespace}/{plan.cluster}")
+        rsv.transition(ReservationState.RESERVED, f"worker group {plan.reservation_group} x{plan.pod_count}")
+        return rsv
+    except BaseException as e:
+        rsv.release(failed=f"reserve failed: {e}")
+        raise
+
+
+def load_plan(cm: dict) -> GangPlan:
+    return GangPlan.model_validate_json((cm.get("data") or {})["plan.json"])
+
+
+def list_reservations(kube: KubeAdapter, namespace: str | None, cluster: str | None = None) -> list[dict]:
+    """State ConfigMaps of reservations (raw dicts: the caller reads their annotations)."""
+    sel = LABEL_RESERVATION + (f",{LABEL_CLUSTER}={dns_label(cluster)}" if cluster else "")
+    return kube.list("v1", "ConfigMap", namespace, sel)
+
+
+def now() -> float:
+    return time.time()
+
+
+__all__ = ["Reservation", "reserve", "remove_reservation_group", "list_reservations", "load_plan", "json"]
