@@ -1,0 +1,109 @@
+"""``raygpu demo``: the gang deadlock, without and with raygpu, on the local testbed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+
+EXPLAIN = """\
+Two teams share 8 machines x 8 GPUs = 64 GPUs. At the same moment each asks Ray
+for a placement group of 6 bundles x 8 GPUs (one per machine, STRICT_SPREAD).
+That needs 12 machines; there are 8. Someone has to wait - the question is
+whether the waiting team sits on GPUs while it waits.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="the gang-deadlock demo on the local testbed",
+                       description=EXPLAIN + "\nStarts the testbed if it is not up (first time: builds it).",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="coscheduling", choices=["coscheduling", "kueue"],
+                   help="the Kubernetes gang backend raygpu uses (default: coscheduling)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--keep-testbed", action="store_true", help="leave a testbed this command started running")
+    p.set_defaults(func=run)
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from raygpu.demo import deadlock
+    from raygpu.testing import addons
+    from raygpu.testing import manifests as m
+    from raygpu.testing.controlplane import Testbed
+    from raygpu.testing.kube import apply, dynamic
+    tb = Testbed()
+    started = False
+    if not tb.is_up():
+        tb.up(progress=lambda msg: _say(f"[testbed] {msg}"))
+        started = True
+    ns = f"raygpu-demo-{uuid.uuid4().hex[:5]}"
+    dyn = dynamic(tb.kubeconfig)
+    apply(dyn, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    nodes = {f"{ns}-gpu{i}": "h100x8" for i in range(8)} | {f"{ns}-cpu": "cpu16"}
+    _say(EXPLAIN)
+    try:
+        addons.add_nodes(tb, nodes, labels={m.POOL_LABEL: ns})
+        queue = None
+        if args.backend == "kueue":
+            apply(dyn, m.cluster_queue(f"{ns}-cq", {"cpu": "768", "memory": "8Ti", "nvidia.com/gpu": "64"}))
+            apply(dyn, m.local_queue("gpus", ns, f"{ns}-cq"))
+            queue = "gpus"
+        _say("1) WITHOUT raygpu: plain Ray placement groups, the autoscalers add workers one by one")
+        plain = deadlock.run(tb, ns, ns, "plain", progress=_say)
+        deadlock.teardown(tb, ns)
+        _say(f"\n2) WITH raygpu: raygpu.placement_group(..., backend={args.backend!r}) reserves each gang whole")
+        gang = deadlock.run(tb, ns, ns, "raygpu", args.backend, queue=queue, progress=_say)
+        deadlock.teardown(tb, ns)
+    finally:
+        addons.remove_nodes(tb, list(nodes))
+        try:
+            dyn.resources.get(api_version="v1", kind="Namespace").delete(name=ns)
+            if args.backend == "kueue":
+                dyn.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue").delete(name=f"{ns}-cq")
+        except Exception:  # noqa: BLE001 - best-effort cleanup
+            pass
+        if started and not args.keep_testbed:
+            tb.down(quiet=True)
+    if args.json:
+        from dataclasses import asdict
+        print(json.dumps({"plain": asdict(plain), "raygpu": asdict(gang)}, indent=2, default=str))
+    else:
+        print(render(plain, gang, args.backend))
+    return 0 if plain.deadlocked and all(t.ready_after_s for t in gang.tenants.values()) else 1
+
+
+def render(plain, gang, backend: str) -> str:
+    a, b = (gang.tenants[t] for t in ("tenant-a", "tenant-b"))
+    pa, pb = (plain.tenants[t] for t in ("tenant-a", "tenant-b"))
+
+    def plain_cell(t):
+        return f"never ready: {t.bound_pods_at_deadline}/6 pods, {t.bound_pods_at_deadline * 8} GPUs held"
+
+    def gang_cell(t):
+        return f"ready after {t.ready_after_s:.0f} s" if t.ready_after_s else "NOT ready"
+    rows = [
+        ("", "without raygpu", f"with raygpu ({backend})"),
+        ("tenant-a placement group", plain_cell(pa), gang_cell(a)),
+        ("tenant-b placement group", plain_cell(pb), gang_cell(b)),
+        ("GPUs held by half-placed gangs", f"{plain.gpus_held_by_partial_gangs_at_deadline} of 64", "0 of 64"),
+        ("GPU-seconds held idle", f"{plain.idle_gpu_s:,.0f} in {plain.duration_s:.0f} s",
+         f"{gang.idle_gpu_s:,.0f} in {gang.duration_s:.0f} s"),
+    ]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    lines = [f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}" for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    waiting = [t for t in (a, b) if t.pods_bound_while_other_ran is not None]
+    verdict = ("\nWithout raygpu both teams hold GPUs and neither can start: a deadlock that lasts until someone "
+               "kills a job.\nWith raygpu each placement group is reserved all-or-nothing: one team runs, the other "
+               f"waits holding {waiting[0].pods_bound_while_other_ran if waiting else 0} pods, then runs.")
+    return "\n".join(lines) + "\n" + verdict
+
+
+_ = time

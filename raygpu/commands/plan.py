@@ -1,0 +1,74 @@
+"""``raygpu plan``: dry-run a gang reservation against a real RayCluster; nothing is created."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from raygpu.errors import InfeasibleError, PermanentError, TransientError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="dry-run a gang reservation (no side effects)",
+                       description="Read RayCluster NAMESPACE/CLUSTER and print which worker pods a placement group "
+                                   "of BUNDLES would reserve, with which gang backend. Writes nothing.",
+                       epilog='example: raygpu plan --cluster tenant-a -n team-a --bundle GPU=8,CPU=8 --count 6 '
+                              '--strategy STRICT_SPREAD')
+    p.add_argument("--cluster", required=True, help="RayCluster name")
+    p.add_argument("-n", "--namespace", default="default")
+    p.add_argument("--bundle", action="append", required=True,
+                   help='one bundle as RES=AMOUNT[,RES=AMOUNT], e.g. "GPU=8,CPU=8"; repeat for more')
+    p.add_argument("--count", type=int, default=1, help="repeat the bundle list this many times (default 1)")
+    p.add_argument("--strategy", default="PACK", help="PACK | SPREAD | STRICT_PACK | STRICT_SPREAD")
+    p.add_argument("--backend", default=None, help="coscheduling | kueue | volcano | none (default: annotation)")
+    p.add_argument("--queue", default=None)
+    p.add_argument("--kubeconfig", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def parse_bundle(text: str) -> dict[str, float]:
+    out = {}
+    for part in text.split(","):
+        key, eq, val = part.partition("=")
+        if not eq:
+            raise PermanentError(f"bundle item {part!r} is not RES=AMOUNT")
+        try:
+            out[key.strip()] = float(val)
+        except ValueError:
+            raise PermanentError(f"bundle item {part!r}: {val!r} is not a number") from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from raygpu.gang.api import plan_placement_group
+    try:
+        bundles = [parse_bundle(b) for b in args.bundle] * args.count
+        plan = plan_placement_group(bundles, args.strategy, cluster=args.cluster, namespace=args.namespace,
+                                    backend=args.backend, queue=args.queue, kubeconfig=args.kubeconfig)
+    except InfeasibleError as e:
+        print(json.dumps({"feasible": False, "error": str(e), "bundle_index": e.bundle_index,
+                          "resource": e.resource, "requested": e.requested, "limit": e.limit}) if args.json
+              else f"infeasible: {e}", file=sys.stdout if args.json else sys.stderr)
+        return 1
+    except TransientError as e:
+        print(f"cannot reach the cluster: {e}", file=sys.stderr)
+        return 2
+    except PermanentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(plan.model_dump_json(indent=2))
+        return 0
+    n = plan.need
+    print(f"plan for {plan.namespace}/{plan.cluster}: {len(bundles)} bundles, {plan.strategy.value}")
+    print(f"  reserve {n.pod_count} pod(s) of worker group '{n.template_group}' as new group "
+          f"'{plan.reservation_group}', backend {plan.backend.value}" + (f", queue {plan.queue}" if plan.queue else ""))
+    print(f"  per pod: Kubernetes {n.k8s_requests}  Ray {n.ray_resources}")
+    for i in range(n.pod_count):
+        print(f"  pod {i}: bundles {list(plan.bundles_on_pod(i))}")
+    print(f"  why: {plan.reason}")
+    for note in plan.notes:
+        print(f"  note: {note}")
+    return 0

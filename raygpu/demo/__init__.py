@@ -1,0 +1,1 @@
+"""The gang-deadlock demo, run on the local testbed (``raygpu demo``)."""

@@ -1,0 +1,163 @@
+"""Issue 3: raygpu.placement_group end to end on the testbed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import ray
+
+import raygpu
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.model.gang import LABEL_RESERVATION
+from raygpu.model.shapes import GpuKind
+from raygpu.testing import manifests as m
+from raygpu.testing.kube import apply
+from tests.integration.util import alive_ray_nodes, pods, ray_address, wait_for
+
+
+def _leftovers(kube: KubeAdapter, ns: str, cluster: str) -> dict:
+    """Everything a reservation could leave behind."""
+    view = kube.get_raycluster(ns, cluster)
+    return {
+        "worker_groups": [g.group_name for g in view.worker_groups if g.group_name.startswith("rg-")],
+        "state_configmaps": [c["metadata"]["name"] for c in kube.list("v1", "ConfigMap", ns, LABEL_RESERVATION)],
+        "podgroups": [p["metadata"]["name"] for p in kube.list("scheduling.x-k8s.io/v1alpha1", "PodGroup", ns)],
+        "reserved_pods": [p.name for p in kube.ray_pods(ns, cluster) if LABEL_RESERVATION in p.labels],
+    }
+
+
+def _nothing_left(kube, ns, cluster):
+    left = _leftovers(kube, ns, cluster)
+    return left if not any(left.values()) else None
+
+
+@pytest.fixture
+def cluster(testbed, ns, pool, kube):
+    """RayCluster 'c' with an 8-GPU worker group (0 replicas) on a private pool of 2 GPU nodes."""
+    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8"})
+    apply(kube, m.raycluster("c", ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name))
+    addr = ray_address(testbed, ns, "c")
+    ray.init(address=addr, logging_level="ERROR", log_to_driver=False)
+    yield "c"
+    ray.shutdown()
+
+
+def test_bundles_sit_exactly_on_the_reserved_pods(testbed, ns, cluster, core):
+    pg = raygpu.placement_group([{"GPU": 8, "CPU": 4}] * 2, strategy="STRICT_SPREAD", cluster=cluster,
+                                namespace=ns, backend="none", timeout_s=120, name="exact",
+                                kubeconfig=str(testbed.kubeconfig))
+    try:
+        assert pg.wait(150), f"not ready: {pg.state} {pg.error}"
+        reserved = {p["metadata"]["name"] for p in pods(core, ns, f"{LABEL_RESERVATION}=rg-exact")}
+        assert len(reserved) == 2
+        table = ray.util.placement_group_table(pg.placement_group)
+        node_of_bundle = set(table["bundles_to_node_id"].values())
+        by_node = {n.node_id: n.instance_id for n in alive_ray_nodes(ray.get_runtime_context().gcs_address)}
+        assert {by_node[n] for n in node_of_bundle} == reserved
+        assert pg.state.value == "ready"
+    finally:
+        raygpu.remove_placement_group(pg)
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    wait_for("reservation released", lambda: _nothing_left(kube, ns, cluster), 60)
+
+
+@pytest.mark.parametrize("bundles, strategy, backend, cluster_name, expect", [
+    ([{"GPU": 16}], "PACK", None, "c", "bundle 0"),
+    ([{"GPU": 8}], "DIAGONAL", None, "c", "strategy"),
+    ([{"GPU": 0}], "PACK", None, "c", "bundle 0"),
+    ([{"GPU": -1}], "PACK", None, "c", "bundle 0"),
+    ([{"GPU": 8}], "PACK", "slurm", "c", "backend"),
+    ([{"GPU": 8}], "PACK", None, "nope", "unknown cluster"),
+    ([{"GPU": 0.5}], "PACK", None, "c", "fractional"),
+])
+def test_bad_requests_fail_fast_and_create_nothing(testbed, ns, cluster, bundles, strategy, backend, cluster_name,
+                                                   expect):
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    rv = kube.get_raycluster(ns, cluster).resource_version
+    with pytest.raises(raygpu.RayGpuError) as err:
+        raygpu.placement_group(bundles, strategy=strategy, cluster=cluster_name, namespace=ns, backend=backend,
+                               kubeconfig=str(testbed.kubeconfig), name="bad")
+    assert expect in str(err.value).lower(), str(err.value)
+    assert _nothing_left(kube, ns, cluster) is not None
+    assert kube.get_raycluster(ns, cluster).resource_version == rv, "the RayCluster was written"
+
+
+def test_infeasible_error_names_bundle_resource_and_limit(testbed, ns, cluster):
+    with pytest.raises(raygpu.InfeasibleError) as err:
+        raygpu.plan_placement_group([{"GPU": 8}, {"GPU": 16}], cluster=cluster, namespace=ns,
+                                    kubeconfig=str(testbed.kubeconfig))
+    e = err.value
+    assert (e.bundle_index, e.resource, e.requested, e.limit) == (1, "GPU", 16, 8)
+
+
+def test_timeout_rolls_everything_back(testbed, ns, cluster):
+    # 3 x 8 GPUs on a pool of 2 GPU nodes under coscheduling: the gang can never be admitted.
+    pg = raygpu.placement_group([{"GPU": 8}] * 3, strategy="STRICT_SPREAD", cluster=cluster, namespace=ns,
+                                backend="coscheduling", timeout_s=20, name="late",
+                                kubeconfig=str(testbed.kubeconfig))
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    assert _leftovers(kube, ns, cluster)["podgroups"], "the PodGroup exists while reserved"
+    assert not pg.wait(40)
+    assert pg.state.value == "rolled_back" and "timeout" in (pg.error or "")
+    with pytest.raises(ray.exceptions.RayError):
+        ray.get(pg.ready(), timeout=30)
+    left = wait_for("nothing left after the timeout", lambda: _nothing_left(kube, ns, cluster) or None, 60)
+    assert left is not None
+
+
+def test_interrupted_driver_leaves_nothing(testbed, ns, cluster):
+    addr = ray.get_runtime_context().gcs_address
+    proc = subprocess.Popen([sys.executable, "-m", "raygpu.demo.driver", "--address", addr, "--mode", "raygpu",
+                             "--cluster", cluster, "--namespace", ns, "--bundles", "3", "--backend", "coscheduling",
+                             "--timeout-s", "300", "--kubeconfig", str(testbed.kubeconfig), "--name", "ctrlc"],
+                            stdout=subprocess.PIPE, text=True)
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    for line in proc.stdout:
+        if json.loads(line)["event"] == "created":
+            break
+    assert _leftovers(kube, ns, cluster)["state_configmaps"], "the reservation exists before Ctrl-C"
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    assert wait_for("nothing left after Ctrl-C", lambda: _nothing_left(kube, ns, cluster) or None, 60) is not None
+
+
+def test_mig_bundles_are_planned_as_slices_and_land(testbed, ns, pool, kube):
+    pool.add({"cpu": "cpu16", "mig": "a100x8-mig-mixed"})
+    apply(kube, m.raycluster("mig", ns, [m.worker_group("slice", gpus={"nvidia.com/mig-3g.40gb": 1}, cpu="4",
+                                                        memory="32Gi", pool=pool.name)], pool=pool.name))
+    plan = raygpu.plan_placement_group([{"GPU": 1}] * 3, cluster="mig", namespace=ns,
+                                       kubeconfig=str(testbed.kubeconfig))
+    assert plan.need.gpu_shape.kind is GpuKind.MIG
+    assert plan.need.gpu_shape.resource == "nvidia.com/mig-3g.40gb"
+    assert plan.pod_count == 3
+    ray.init(address=ray_address(testbed, ns, "mig"), logging_level="ERROR", log_to_driver=False)
+    try:
+        with raygpu.gang_placement_group([{"GPU": 1}] * 3, cluster="mig", namespace=ns, backend="none",
+                                         timeout_s=120, name="slices", kubeconfig=str(testbed.kubeconfig)) as pg:
+            assert pg.wait(150), pg.error
+            ps = [p for p in KubeAdapter(str(testbed.kubeconfig)).ray_pods(ns, "mig") if LABEL_RESERVATION in p.labels]
+            assert {p.node_name for p in ps} == {pool.node("mig")}
+            assert all(p.limits.get("nvidia.com/mig-3g.40gb") == 1 for p in ps)
+    finally:
+        ray.shutdown()
+
+
+def test_example_gang_training_runs(testbed, ns, cluster):
+    addr = ray.get_runtime_context().gcs_address
+    out = subprocess.run([sys.executable, "examples/gang_training.py", "--address", addr, "--cluster", cluster,
+                          "--namespace", ns, "--workers", "2", "--backend", "none", "--timeout-s", "150",
+                          "--kubeconfig", str(testbed.kubeconfig)], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    shards = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert sorted(s["rank"] for s in shards) == [0, 1]
+    assert all(s["pod"].startswith("c-rg-gang-training") for s in shards), shards
+    assert all(len(s["gpu_ids"]) == 8 for s in shards)
+    assert "trained on 2 reserved pods" in out.stdout
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    assert wait_for("released after the example", lambda: _nothing_left(kube, ns, cluster) or None, 60)
