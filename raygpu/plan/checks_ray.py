@@ -1,0 +1,207 @@
+"""Checks of the top layer: Ray's membership and its GPU count per node.
+
+A Ray node and its pod are paired by ``instance_id == pod name``. Orphan
+pods and ghost Ray nodes are pairs with one side missing; phantom and
+stranded GPUs are pairs whose counts differ; a MIG slice or a time-sliced
+share that Ray counts as ``GPU`` is a shape mismatch.
+"""
+
+from __future__ import annotations
+
+from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, Severity
+from raygpu.model.shapes import GpuKind, ray_gpu_count_from_limits
+from raygpu.model.views import K8sPodView, RayNodeView
+from raygpu.plan.checks_index import (
+    EPS,
+    GPU_PRODUCT_LABEL,
+    MIG_STRATEGY_LABEL,
+    TERMINAL_PHASES,
+    SnapshotIndex,
+    fmt,
+    pod_gpu_kinds,
+    shape_of,
+)
+
+
+def _kubelet(ix: SnapshotIndex, node_name: str | None) -> tuple[float | None, float | None]:
+    node = ix.nodes.get(node_name or "")
+    return (ix.gpu_allocatable(node), ix.gpu_capacity(node)) if node else (None, None)
+
+
+def _nvml_units(ix: SnapshotIndex, pod_name: str) -> int | None:
+    view = ix.nvml_by_pod.get(pod_name)
+    return view.gpu_units if view is not None and view.available else None
+
+
+def _group(pod: K8sPodView) -> str:
+    return pod.ray_group or ("head" if pod.is_head else "?")
+
+
+# ------------------------------------------------------------------ membership
+def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> list[Finding]:
+    """Orphan pods (Running, no live Ray node) and ghost Ray nodes (live, no pod)."""
+    out: list[Finding] = []
+    for pod in ix.ray_pods:
+        if pod.phase != "Running" or pod.deleting or pod.name in ix.live_ray_by_instance:
+            continue
+        age_s = now_s - pod.created_at_s
+        if age_s < orphan_grace_s:
+            continue  # the raylet may still be starting
+        gpus = ix.pod_gpu_units(pod)
+        alloc, cap = _kubelet(ix, pod.node_name)
+        out.append(
+            Finding(
+                kind=FindingKind.ORPHAN_POD,
+                severity=Severity.CRITICAL if gpus > 0 else Severity.WARNING,
+                layer=Layer.RAY_CONFIG,
+                subject=f"pod/{pod.namespace}/{pod.name}",
+                node=pod.node_name,
+                message=(
+                    f"pod {pod.namespace}/{pod.name} (group {_group(pod)}) is Running with {fmt(gpus)} GPUs "
+                    f"but no live Ray node has instance id {pod.name}"
+                ),
+                evidence=Evidence(
+                    ray=0,
+                    pod=gpus,
+                    kubelet=alloc,
+                    kubelet_capacity=cap,
+                    facts=(f"pod age {age_s:.0f} s (grace {orphan_grace_s:.0f} s)",),
+                ),
+                remedy=(
+                    f"`kubectl logs {pod.name} -c ray-worker` and /tmp/ray/session_latest/logs/raylet.out: the raylet "
+                    "failed to start or lost the GCS (head address, port, version skew). Delete the pod to free its GPUs."
+                ),
+            )
+        )
+    for rn in ix.live_ray_nodes:
+        pod = ix.ray_pod_by_name.get(rn.instance_id or "")
+        if pod is not None and pod.phase not in TERMINAL_PHASES:
+            continue  # paired (a deleting pod is a transient, not a ghost)
+        why = (
+            "no RAY_CLOUD_INSTANCE_ID (not started by KubeRay)"
+            if not rn.instance_id
+            else (f"pod {rn.instance_id} is {pod.phase}" if pod is not None else f"no pod named {rn.instance_id}")
+        )
+        out.append(
+            Finding(
+                kind=FindingKind.GHOST_RAY_NODE,
+                severity=Severity.CRITICAL if rn.gpu_total > 0 else Severity.WARNING,
+                layer=Layer.RAY_CONFIG,
+                subject=f"raynode/{rn.node_id}",
+                message=f"Ray node {rn.node_id} ({rn.ip or 'no ip'}) is alive with {fmt(rn.gpu_total)} GPUs: {why}",
+                evidence=Evidence(ray=rn.gpu_total, pod=0, facts=(why,)),
+                remedy=(
+                    "Ray schedules onto GPUs no pod holds. If the pod is gone, the raylet outlived it: "
+                    f"`ray.util.state.list_nodes()` then stop it (`ray stop` on {rn.ip or 'its host'}) or restart the head; "
+                    "if it was started by hand, it must not join a KubeRay cluster."
+                ),
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------- GPU count
+def check_gpu_count(ix: SnapshotIndex) -> list[Finding]:
+    """Phantom GPUs (Ray > pod), stranded GPUs (pod > Ray), slices or shares counted as whole GPUs."""
+    out: list[Finding] = []
+    for pod in ix.ray_pods:
+        rn = ix.live_ray_by_instance.get(pod.name)
+        if rn is None or pod.phase in TERMINAL_PHASES:
+            continue
+        out.extend(_count_findings(ix, pod, rn))
+    return out
+
+
+def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list[Finding]:
+    gpu_map = ix.pod_gpus(pod)
+    given = sum(gpu_map.values())
+    ray = rn.gpu_total
+    slice_why = _slice_counted_whole(ix, pod, rn, gpu_map) if ray > 0 else None
+    if abs(ray - given) <= EPS and slice_why is None:
+        return []  # the common, healthy case: build nothing
+    alloc, cap = _kubelet(ix, pod.node_name)
+    evidence = Evidence(ray=ray, pod=given, kubelet=alloc, kubelet_capacity=cap, nvml=_nvml_units(ix, pod.name))
+    subject = f"pod/{pod.namespace}/{pod.name}"
+    group = _group(pod)
+    param = (
+        f"rayStartParams num-gpus={fmt(pod.ray_start_num_gpus)}"
+        if pod.ray_start_num_gpus is not None
+        else f"no num-gpus: KubeRay derives {fmt(ray_gpu_count_from_limits(pod.limits))} from the limits"
+    )
+    limits = ", ".join(f"{k}={fmt(v)}" for k, v in sorted(gpu_map.items())) or "no GPU limit"
+    out: list[Finding] = []
+    if ray > given + EPS:
+        out.append(
+            Finding(
+                kind=FindingKind.PHANTOM_GPUS,
+                severity=Severity.CRITICAL,
+                layer=Layer.RAY_CONFIG,
+                subject=subject,
+                node=pod.node_name,
+                message=f"Ray counts {fmt(ray)} GPUs on {pod.name} but the pod was given {fmt(given)} ({limits})",
+                evidence=evidence.model_copy(update={"facts": (param, f"Ray node {rn.node_id}")}),
+                remedy=(
+                    f"Set rayStartParams num-gpus of group {group} to {fmt(given)} or remove it so KubeRay uses the "
+                    "container limits; tasks placed on the extra GPUs fail with CUDA 'no device'."
+                ),
+            )
+        )
+    elif given > ray + EPS:
+        facts = [param, f"Ray node {rn.node_id}"]
+        if GpuKind.SHARE in pod_gpu_kinds(pod):
+            facts.append("KubeRay does not count nvidia.com/gpu.shared (the name does not end in 'gpu')")
+        out.append(
+            Finding(
+                kind=FindingKind.STRANDED_GPUS,
+                severity=Severity.CRITICAL if ray <= 0 else Severity.WARNING,
+                layer=Layer.RAY_CONFIG,
+                subject=subject,
+                node=pod.node_name,
+                message=f"pod {pod.name} holds {fmt(given)} GPU units ({limits}) but Ray schedules only {fmt(ray)}",
+                evidence=evidence.model_copy(update={"facts": tuple(facts)}),
+                remedy=(
+                    f"Set rayStartParams num-gpus of group {group} to {fmt(given)} (or lower the pod's GPU limit to "
+                    f"{fmt(ray)}): Kubernetes holds these GPUs for a pod Ray never uses them on."
+                ),
+            )
+        )
+    if slice_why is not None:
+        out.append(
+            Finding(
+                kind=FindingKind.MIG_SHARE_MISMATCH,
+                severity=Severity.WARNING,
+                layer=Layer.RAY_CONFIG,
+                subject=subject,
+                node=pod.node_name,
+                message=f"Ray counts {fmt(ray)} whole GPUs on {pod.name} but each is {slice_why}",
+                evidence=evidence.model_copy(update={"facts": (limits, param)}),
+                remedy=(
+                    "A task asking num_gpus=1 here gets a slice, not a GPU. Advertise the shape to Ray: add a custom "
+                    f"resource or label naming it to group {group} (rayStartParams resources '{{\"mig-3g.40gb\": N}}' "
+                    "or labels) and request it, or give this group whole GPUs."
+                ),
+            )
+        )
+    return out
+
+
+def _slice_counted_whole(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView, gpu_map: dict[str, float]) -> str | None:
+    """Why each of this pod's GPUs is a slice or share, or None if they are whole or Ray already says so."""
+    why = None
+    shapes = [s for k in gpu_map if (s := shape_of(k))]
+    node = ix.nodes.get(pod.node_name or "")
+    view = ix.nvml_by_pod.get(pod.name)
+    if any(s.kind is GpuKind.MIG for s in shapes):
+        why = "a MIG slice (" + ", ".join(s.label for s in shapes if s.kind is GpuKind.MIG) + ")"
+    elif any(s.kind is GpuKind.SHARE for s in shapes):
+        why = "a time-sliced / MPS share of a GPU (nvidia.com/gpu.shared)"
+    elif node is not None and node.labels.get(MIG_STRATEGY_LABEL) == "single" and "MIG" in node.labels.get(GPU_PRODUCT_LABEL, ""):
+        why = f"a MIG slice ({node.labels[GPU_PRODUCT_LABEL]}, strategy single names it nvidia.com/gpu)"
+    elif view is not None and view.available and any(d.mig_enabled for d in view.devices):
+        profiles = sorted({m.profile for d in view.devices for m in d.mig_devices})
+        why = f"a MIG slice (NVML: {', '.join(profiles) or 'MIG mode on'})"
+    if why is None:
+        return None
+    acknowledged = [k for k in rn.total if k != "GPU" and ("mig" in k.lower() or "share" in k.lower())]
+    acknowledged += [k for k, v in rn.labels.items() if "mig" in v.lower() or "mig" in k.lower()]
+    return None if acknowledged else why

@@ -1,0 +1,151 @@
+"""The doctor's pure function: one Snapshot in, one DoctorReport out.
+
+Steps of a cycle:
+
+1. index the snapshot (Ray node <-> pod by instance id, pod -> node, NVML by Ray node);
+2. run the checks bottom-up, in the order that isolates a fault fastest:
+   kernel driver -> container toolkit -> device plugin -> kubelet (allocatable,
+   taints) -> Ray (membership, num-gpus). A view that could not be read skips
+   the checks that need it;
+3. sort findings by (layer, severity, kind, subject);
+4. do the stranded-GPU arithmetic and build one row per GPU node.
+
+No I/O, no clock: ``now_s`` is an argument (it ages pods for the orphan grace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from raygpu.model.findings import DoctorReport, Finding, Layer, NodeRow
+from raygpu.model.raycluster import GroupTemplate
+from raygpu.model.views import Snapshot
+from raygpu.plan import checks_node, checks_ray
+from raygpu.plan.checks_index import GPU_PRODUCT_LABEL, SnapshotIndex
+from raygpu.plan.stranded import stranded_gpus
+
+DEFAULT_ORPHAN_GRACE_S = 120.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named check, the layer it inspects, and whether it needs Ray's view."""
+
+    name: str
+    layer: Layer
+    needs_ray: bool
+    run: Callable[[SnapshotIndex], list[Finding]]
+
+
+def checks(now_s: float, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> tuple[Check, ...]:
+    """The checks in the order they run (lowest layer first)."""
+    return (
+        Check("nvml-driver", Layer.KERNEL_DRIVER, False, checks_node.check_driver),
+        Check("nvml-container", Layer.CONTAINER_TOOLKIT, False, checks_node.check_container),
+        Check("gpu-capacity", Layer.DEVICE_PLUGIN, False, checks_node.check_capacity),
+        Check("gpu-allocatable", Layer.DEVICE_PLUGIN, False, checks_node.check_allocatable),
+        Check("mig-strategy", Layer.DEVICE_PLUGIN, False, checks_node.check_mig_strategy),
+        Check("gpu-taints", Layer.KUBELET, False, checks_node.check_taints),
+        Check(
+            "ray-membership",
+            Layer.RAY_CONFIG,
+            True,
+            lambda ix: checks_ray.check_membership(ix, now_s, orphan_grace_s),
+        ),
+        Check("ray-gpu-count", Layer.RAY_CONFIG, True, checks_ray.check_gpu_count),
+    )
+
+
+def reconcile(
+    snapshot: Snapshot,
+    now_s: float,
+    *,
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+    templates: Iterable[GroupTemplate] = (),
+    include_pending_pgs: bool = True,
+) -> DoctorReport:
+    """Turn a snapshot of Ray's, kubelet's and NVML's views into typed findings.
+
+    Promises: pure and deterministic (same snapshot and ``now_s``, same report);
+    never raises on a well-typed snapshot; a healthy cluster gives no finding;
+    findings come sorted lowest layer first. When Kubernetes could not be read
+    nothing is checked and ``exit_code`` is 2; when Ray could not be read, the
+    Ray checks are skipped and ``exit_code`` is 2 as well.
+
+    ``orphan_grace_s``: a Running pod younger than this is not an orphan yet.
+    ``templates``: worker groups of the RayCluster, for the CPU/memory part of
+    the stranded arithmetic (else the shapes of the Ray pods in the snapshot).
+    """
+    unreachable = []
+    if not snapshot.k8s.reachable:
+        unreachable.append(f"kubernetes: {snapshot.k8s.reason or 'unreachable'}")
+    if not snapshot.ray.reachable:
+        unreachable.append(f"ray: {snapshot.ray.reason or 'unreachable'}")
+    base = dict(
+        taken_at_s=snapshot.taken_at_s,
+        now_s=now_s,
+        cluster=snapshot.cluster,
+        namespace=snapshot.namespace,
+        unreachable=tuple(unreachable),
+    )
+    if not snapshot.k8s.reachable:
+        return DoctorReport(**base)
+
+    ix = SnapshotIndex.build(snapshot)
+    found: list[Finding] = []
+    ran: list[str] = []
+    for check in checks(now_s, orphan_grace_s):
+        if check.needs_ray and not snapshot.ray.reachable:
+            continue
+        ran.append(check.name)
+        found.extend(check.run(ix))
+    found.sort(key=lambda f: f.sort_key)
+    return DoctorReport(
+        **base,
+        checks_run=tuple(ran),
+        rows=node_rows(ix, found),
+        findings=tuple(found),
+        stranded=stranded_gpus(snapshot, templates=templates, include_pending_pgs=include_pending_pgs, index=ix),
+    )
+
+
+def node_rows(ix: SnapshotIndex, findings: Iterable[Finding] = ()) -> tuple[NodeRow, ...]:
+    """One row per GPU node, sorted by name: Ray, pod, kubelet and NVML counts side by side."""
+    per_node: dict[str, int] = {}
+    for f in findings:
+        if f.node:
+            per_node[f.node] = per_node.get(f.node, 0) + 1
+    rows = []
+    for name in sorted(ix.nodes):
+        node = ix.nodes[name]
+        if not ix.is_gpu_node(node):
+            continue
+        ray = pods = 0.0
+        nvml: int | None = None
+        nvml_down = False
+        for pod in ix.ray_pods_on_node.get(name, []):
+            pods += ix.pod_gpu_units(pod)
+            rn = ix.live_ray_by_instance.get(pod.name)
+            if rn is not None:
+                ray += rn.gpu_total
+            view = ix.nvml_by_pod.get(pod.name)
+            if view is not None:
+                if view.available:
+                    nvml = (nvml or 0) + view.gpu_units
+                else:
+                    nvml_down = True
+        rows.append(
+            NodeRow(
+                node=name,
+                product=node.labels.get(GPU_PRODUCT_LABEL),
+                ray_gpus=ray,
+                pod_gpus=pods,
+                kubelet_capacity=ix.gpu_capacity(node),
+                kubelet_allocatable=ix.gpu_allocatable(node),
+                nvml_gpus=nvml,
+                nvml_unavailable=nvml_down,
+                findings=per_node.get(name, 0),
+            )
+        )
+    return tuple(rows)

@@ -1,0 +1,173 @@
+"""Stranded-GPU arithmetic: GPUs allocatable on a node that no pending work can use.
+
+Three causes, per Kubernetes node and per GPU resource name:
+
+(a) the integer model: Kubernetes hands out whole GPUs, Ray packs fractional
+    tasks onto them; the unused rest of a partly used GPU serves no whole-GPU
+    task (``integer_model_gpus``, from Ray's total - available);
+(b) CPU or memory exhaustion: GPUs are free but no worker shape that asks for
+    that GPU resource fits the node's free CPU or memory (``cpu_memory_gpus``);
+(c) fragments: fewer GPUs free on the node than the smallest pending request
+    for that resource (``fragment_gpus``).
+
+Free = allocatable - what the pods bound to the node request. Only pods in
+the snapshot count: an adapter that lists only Ray pods makes free CPU and
+GPUs look larger than they are on shared nodes.
+
+Worker shapes come from ``templates`` (``GroupTemplate`` of the RayCluster)
+when given, else from the Ray worker pods in the snapshot, one per group.
+Pending requests are the Pending, unbound pods' GPU requests and, when
+``include_pending_pgs``, the GPU of each bundle of a PENDING placement group
+(as ``nvidia.com/gpu``, rounded up to whole GPUs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from raygpu.model.findings import NodeStranded, StrandedReport
+from raygpu.model.raycluster import GroupTemplate
+from raygpu.model.shapes import WHOLE_GPU
+from raygpu.model.views import PgState, Snapshot
+from raygpu.plan.checks_index import EPS, TERMINAL_PHASES, SnapshotIndex, fmt, gpu_resources
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What one worker pod needs from a node: CPU cores, memory bytes, GPU units by resource."""
+
+    name: str
+    cpu: float
+    memory: float
+    gpus: dict[str, float]
+
+
+def _template_shapes(templates: Iterable[GroupTemplate]) -> list[_Shape]:
+    out = []
+    for t in templates:
+        if t.is_head:
+            continue
+        req = {**t.limits, **t.requests}  # requests default to limits in Kubernetes
+        gpus = gpu_resources(t.limits) or gpu_resources(t.requests)
+        out.append(_Shape(t.group_name, req.get("cpu", 0.0), req.get("memory", 0.0), dict(gpus)))
+    return out
+
+
+def _pod_shapes(ix: SnapshotIndex) -> list[_Shape]:
+    by_group: dict[str, _Shape] = {}
+    for pod in ix.ray_pods:
+        if pod.is_head:
+            continue
+        key = f"{pod.ray_cluster}/{pod.ray_group}"
+        if key not in by_group:
+            req = {**pod.limits, **pod.requests}
+            by_group[key] = _Shape(key, req.get("cpu", 0.0), req.get("memory", 0.0), ix.pod_gpus(pod))
+    return list(by_group.values())
+
+
+def pending_gpu_requests(ix: SnapshotIndex, include_pending_pgs: bool = True) -> dict[str, float]:
+    """The smallest pending GPU request, per GPU resource name."""
+    smallest: dict[str, float] = {}
+
+    def add(resource: str, count: float) -> None:
+        if count > 0:
+            smallest[resource] = min(smallest.get(resource, math.inf), count)
+
+    for pod in ix.snapshot.k8s.pods:
+        if pod.phase == "Pending" and not pod.node_name and not pod.deleting:
+            for resource, count in ix.pod_gpus(pod).items():
+                add(resource, count)
+    if include_pending_pgs:
+        for pg in ix.snapshot.ray.placement_groups:
+            if pg.state is PgState.PENDING:
+                for bundle in pg.bundles:
+                    add(WHOLE_GPU.resource, math.ceil(bundle.get("GPU", 0.0) - EPS))
+    return smallest
+
+
+def stranded_gpus(
+    snapshot: Snapshot,
+    *,
+    templates: Iterable[GroupTemplate] = (),
+    include_pending_pgs: bool = True,
+    index: SnapshotIndex | None = None,
+) -> StrandedReport:
+    """Per-node and cluster-wide stranded GPUs of ``snapshot``. Pure; never raises on odd data."""
+    ix = index or SnapshotIndex.build(snapshot)
+    shapes = _template_shapes(templates) or _pod_shapes(ix)
+    smallest = pending_gpu_requests(ix, include_pending_pgs)
+    rows = [_node_row(ix, node_name, shapes, smallest) for node_name in sorted(ix.nodes)]
+    rows = [r for r in rows if r is not None]
+    return StrandedReport(
+        nodes=tuple(rows),
+        smallest_pending_gpus=smallest,
+        allocatable_gpus=sum(r.allocatable_gpus for r in rows),
+        free_gpus=sum(r.free_gpus for r in rows),
+        integer_model_gpus=round(sum(r.integer_model_gpus for r in rows), 6),
+        cpu_memory_gpus=sum(r.cpu_memory_gpus for r in rows),
+        fragment_gpus=sum(r.fragment_gpus for r in rows),
+    )
+
+
+def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded | None:
+    node = ix.nodes[node_name]
+    alloc = gpu_resources(node.allocatable)
+    if not alloc:
+        return None
+    pods = ix.pods_on_node.get(node_name, [])
+    used_gpu: dict[str, float] = {}
+    used_cpu = used_mem = 0.0
+    for pod in pods:
+        req = {**pod.limits, **pod.requests}
+        used_cpu += req.get("cpu", 0.0)
+        used_mem += req.get("memory", 0.0)
+        for resource, count in ix.pod_gpus(pod).items():
+            used_gpu[resource] = used_gpu.get(resource, 0.0) + count
+    free_cpu = node.allocatable.get("cpu", 0.0) - used_cpu
+    free_mem = node.allocatable.get("memory", 0.0) - used_mem
+    free_total = cpu_mem = frag = 0.0
+    reasons: list[str] = []
+    for resource, count in sorted(alloc.items()):
+        free = max(0.0, count - used_gpu.get(resource, 0.0))
+        free_total += free
+        if free <= 0:
+            continue
+        fitting = [s for s in shapes if s.gpus.get(resource, 0.0) > 0]
+        if fitting and not any(s.cpu <= free_cpu + EPS and s.memory <= free_mem + EPS for s in fitting):
+            short = []
+            if all(s.cpu > free_cpu + EPS for s in fitting):
+                short.append(f"cpu (free {fmt(max(free_cpu, 0.0))})")
+            if all(s.memory > free_mem + EPS for s in fitting):
+                short.append(f"memory (free {max(free_mem, 0.0) / 2**30:.1f} GiB)")
+            cpu_mem += free
+            reasons.append(
+                f"{fmt(free)} {resource} free but no worker shape fits the free "
+                f"{' and '.join(short) or 'cpu + memory together'}"
+            )
+        elif resource in smallest and free < smallest[resource] - EPS:
+            frag += free
+            reasons.append(f"{fmt(free)} {resource} free, smallest pending request is {fmt(smallest[resource])}")
+    integer = 0.0
+    for pod in ix.ray_pods_on_node.get(node_name, []):
+        rn = ix.live_ray_by_instance.get(pod.name)
+        if rn is None or pod.phase in TERMINAL_PHASES:
+            continue
+        used = max(0.0, rn.gpu_total - rn.gpu_available)
+        rest = min(math.ceil(used - EPS) - used, rn.gpu_available) if used > EPS else 0.0
+        if rest > EPS:
+            integer += rest
+            reasons.append(f"Ray node {rn.node_id}: {fmt(round(rest, 6))} GPU left over by fractional tasks")
+    return NodeStranded(
+        node=node_name,
+        allocatable_gpus=sum(alloc.values()),
+        requested_gpus=sum(used_gpu.get(r, 0.0) for r in alloc),
+        free_gpus=free_total,
+        integer_model_gpus=round(integer, 6),
+        cpu_memory_gpus=cpu_mem,
+        fragment_gpus=frag,
+        free_cpu=free_cpu,
+        free_memory_bytes=free_mem,
+        reasons=tuple(reasons),
+    )
