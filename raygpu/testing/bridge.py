@@ -17,6 +17,16 @@ only these changes, all forced by running many nodes on one host:
 A pod that goes away (deleted, deleting, not Running) has its Ray node stopped
 (SIGTERM to its process group: the raylet unregisters from the GCS).
 
+Fault injection for tests (``raygpu doctor``), one pod annotation,
+``raygpu.io/testbed-ray``:
+
+* ``stopped``: stop this pod's Ray node and do not restart it while the pod
+  stays Running (a raylet dead under a live pod: an orphan pod);
+* ``keep``: when this worker pod goes away, keep its Ray node running until its
+  cluster's head stops (a raylet that outlived its pod: a ghost Ray node).
+  Read when the Ray node starts and on every pass while the pod exists, so put
+  it on the group's pod template to be sure it is seen before a deletion.
+
 Run as ``python -m raygpu.testing.bridge --kubeconfig K --run-dir D``.
 """
 
@@ -38,6 +48,7 @@ from typing import Any
 log = logging.getLogger("raygpu.bridge")
 
 MARKER_ENV = "RAYGPU_TESTBED_RAY"
+TESTBED_RAY_ANNOTATION = "raygpu.io/testbed-ray"  # "stopped" | "keep": see the module docstring
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 # flags whose values must change when many Ray nodes share one host
 _DROP = {"address", "block", "port", "dashboard-port", "dashboard-host", "metrics-export-port",
@@ -54,6 +65,7 @@ class RayProc:
     is_head: bool
     proc: subprocess.Popen
     address: str | None = None  # head only: GCS address
+    keep: bool = False  # annotation "keep": outlive the pod
 
 
 def parse_ray_start(cmd: str) -> tuple[bool, dict[str, str | None]]:
@@ -147,12 +159,19 @@ class Bridge:
         wanted = {}
         for p in items:
             md, st = p["metadata"], p.get("status") or {}
+            hook = (md.get("annotations") or {}).get(TESTBED_RAY_ANNOTATION)
+            if md["uid"] in self.procs and hook == "keep":
+                self.procs[md["uid"]].keep = True
             if md.get("deletionTimestamp") or st.get("phase") != "Running" or not p["spec"].get("nodeName"):
+                continue
+            if hook == "stopped":
                 continue
             wanted[md["uid"]] = p
         for uid in list(self.procs):
             rp = self.procs[uid]
             if uid not in wanted:
+                if rp.keep and not rp.is_head and rp.proc.poll() is None and (rp.namespace, rp.cluster) in self.heads:
+                    continue  # testbed hook "keep": a Ray node that outlives its pod
                 self._stop(uid, "pod gone or not Running")
             elif rp.proc.poll() is not None:
                 log.warning("ray node for pod %s/%s exited with %s", rp.namespace, rp.pod, rp.proc.returncode)
@@ -185,7 +204,8 @@ class Bridge:
         logf = open(self.run_dir / "logs" / f"{ns}__{name}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=full_env, start_new_session=True)
-        rp = RayProc(uid, name, ns, cluster, is_head, proc)
+        rp = RayProc(uid, name, ns, cluster, is_head, proc,
+                     keep=(md.get("annotations") or {}).get(TESTBED_RAY_ANNOTATION) == "keep")
         if is_head:
             port = next(a.split("=", 1)[1] for a in argv if a.startswith("--port="))
             rp.address = f"127.0.0.1:{port}"

@@ -1,0 +1,145 @@
+"""The doctor's repair decisions: which findings may be fixed without a human, and how.
+
+Only one finding kind is repaired, and only one way: an **orphan pod** (a
+Running Ray worker pod with no live Ray node, past the orphan grace) goes into
+its group's ``scaleStrategy.workersToDelete`` and the group's ``replicas`` is
+lowered by the number of such pods (never below ``minReplicas``: at the
+minimum KubeRay deletes the pod and starts a fresh one in its place). The
+whole plan is ONE JSON patch whose first op tests the RayCluster's
+``resourceVersion`` (``raygpu.plan.patch``), so a concurrent writer (the Ray
+autoscaler, another raygpu) makes it fail instead of being overwritten.
+
+Everything else the doctor finds (phantom / stranded GPUs, taints, a broken
+device plugin, ghost Ray nodes) needs a human or another owner, and is left
+alone. Safety rules, each a ``RepairSkip`` with its reason when it bites:
+
+* the head pod is never touched (deleting it takes the whole cluster down);
+* a pod of another RayCluster, of a group the RayCluster no longer has, one
+  being deleted, or one already in ``workersToDelete`` is skipped;
+* a suspended group is skipped (KubeRay does not reconcile it);
+* when more than half of a cluster's Running worker pods look orphaned (and
+  more than one), the GCS is the likelier culprit (restarted head, network
+  split): nothing is repaired.
+
+Pure: no I/O, no clock; the adapter code lives in ``raygpu.reconcile_repair``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from raygpu.model.findings import DoctorReport, FindingKind
+from raygpu.model.raycluster import RayClusterView
+from raygpu.model.views import K8sPodView
+from raygpu.plan.patch import raycluster_patch, set_replicas, set_workers_to_delete
+
+EVENT_REASON = "RepairedOrphanPod"
+MAX_ORPHAN_FRACTION = 0.5
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class RepairAction(_Frozen):
+    """Delete one orphan pod through its worker group (KubeRay deletes it)."""
+
+    kind: str = "delete-orphan-pod"
+    pod: str
+    group: str
+    group_index: int
+    replicas_before: int
+    replicas_after: int
+    reason: str
+
+    @property
+    def event_message(self) -> str:
+        return (f"raygpu doctor: pod {self.pod} of group {self.group} is Running with no live Ray node; "
+                f"added to workersToDelete, replicas {self.replicas_before} -> {self.replicas_after}. {self.reason}")
+
+
+class RepairSkip(_Frozen):
+    """A finding the repair looked at and left alone, and why."""
+
+    subject: str
+    reason: str
+
+
+class RepairPlan(_Frozen):
+    """What one repair cycle will write: ``patch`` is None when there is nothing to do."""
+
+    cluster: str
+    namespace: str
+    resource_version: str
+    actions: tuple[RepairAction, ...] = ()
+    skipped: tuple[RepairSkip, ...] = ()
+    patch: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.actions
+
+
+def plan_repair(report: DoctorReport, cluster: RayClusterView, pods: Iterable[K8sPodView],
+                max_orphan_fraction: float = MAX_ORPHAN_FRACTION) -> RepairPlan:
+    """The safe repairs for ``report`` on ``cluster`` (read at ``cluster.resource_version``).
+
+    ``pods``: the Ray pods of the snapshot the report came from (``snapshot.k8s.pods``),
+    for each orphan's group and role. Deterministic: groups and pods in name
+    order. Never raises on well-typed input.
+    """
+    base = dict(cluster=cluster.name, namespace=cluster.namespace, resource_version=cluster.resource_version)
+    mine = {p.name: p for p in pods if p.namespace == cluster.namespace and p.ray_cluster == cluster.name}
+    skipped: list[RepairSkip] = []
+    by_group: dict[str, list[str]] = defaultdict(list)
+    already = {p for g in cluster.worker_groups for p in g.workers_to_delete}
+    prefix = f"pod/{cluster.namespace}/"
+    for f in report.findings:
+        if f.kind is not FindingKind.ORPHAN_POD:
+            continue
+        pod = mine.get(f.subject[len(prefix):]) if f.subject.startswith(prefix) else None
+        group = cluster.group(pod.ray_group or "") if pod is not None else None
+        if pod is None:
+            skipped.append(RepairSkip(subject=f.subject, reason=f"not a pod of RayCluster {cluster.namespace}/{cluster.name}"))
+        elif pod.is_head:
+            skipped.append(RepairSkip(subject=f.subject, reason="the head pod is never deleted by a repair"))
+        elif group is None:
+            skipped.append(RepairSkip(subject=f.subject, reason=f"RayCluster {cluster.name} has no worker group {pod.ray_group}"))
+        elif pod.deleting or pod.phase != "Running":
+            skipped.append(RepairSkip(subject=f.subject, reason=f"pod is {'being deleted' if pod.deleting else pod.phase}"))
+        elif pod.name in already:
+            skipped.append(RepairSkip(subject=f.subject, reason="already in workersToDelete"))
+        elif group.suspended:
+            skipped.append(RepairSkip(subject=f.subject, reason=f"group {group.group_name} is suspended"))
+        else:
+            by_group[group.group_name].append(pod.name)
+
+    n = sum(len(v) for v in by_group.values())
+    running = sum(1 for p in mine.values() if not p.is_head and p.phase == "Running" and not p.deleting)
+    if n > 1 and n > max_orphan_fraction * running:
+        why = (f"{n} of {running} Running worker pods look orphaned: more likely the Ray head / GCS than the "
+               "pods; not repairing (fix the head, then rerun)")
+        skipped += [RepairSkip(subject=f"{prefix}{p}", reason=why) for g in sorted(by_group) for p in sorted(by_group[g])]
+        return RepairPlan(**base, skipped=tuple(skipped))
+
+    actions: list[RepairAction] = []
+    ops: list[dict[str, Any]] = []
+    for name in sorted(by_group):
+        idx = cluster.group_index(name)
+        g = cluster.worker_groups[idx]
+        doomed = sorted(by_group[name])
+        after = max(g.min_replicas, g.replicas - len(doomed))
+        note = ("replicas is at minReplicas: KubeRay starts a fresh pod in its place" if after > g.replicas - len(doomed)
+                else "the group shrinks by the pods that held GPUs for nothing")
+        actions += [RepairAction(pod=p, group=name, group_index=idx, replicas_before=g.replicas,
+                                 replicas_after=after, reason=note) for p in doomed]
+        # workersToDelete keeps what is already there; set_workers_to_delete writes the whole scaleStrategy
+        ops += set_workers_to_delete(idx, [*g.workers_to_delete, *doomed], group_name=name)
+        if after != g.replicas:
+            ops += set_replicas(idx, after)
+    patch = tuple(raycluster_patch(cluster.resource_version, ops)) if ops else None
+    return RepairPlan(**base, actions=tuple(actions), skipped=tuple(skipped), patch=patch)
