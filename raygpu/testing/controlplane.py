@@ -149,7 +149,7 @@ class Testbed:
             f"--service-account-private-key-file={sa_key}", f"--root-ca-file={ca[0]}",
             "--use-service-account-credentials=false", f"--secure-port={ports['kcm']}", "--bind-address=127.0.0.1",
             # kwok nodes have no kubelet: no node lifecycle/IPAM/cloud controllers.
-            "--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+            "--controllers=*,-node-lifecycle-controller,-node-ipam-controller",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
             "--v=1"])
         self._start("kube-scheduler", [
