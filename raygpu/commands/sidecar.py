@@ -1,0 +1,147 @@
+"""``raygpu sidecar``: the idle-node reclaimer loop, run next to the Ray head."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+
+log = logging.getLogger("raygpu.sidecar")
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DESCRIPTION = """\
+Scale idle Ray workers of one RayCluster down, and garbage-collect gang
+reservations nobody will release. Runs as a container next to the Ray head.
+
+Every cycle (--interval-s): read the RayCluster, its pods and its reservation
+ConfigMaps from a watch-backed cache, read Ray's nodes, placement groups and
+jobs from the GCS (--ray-address), plan, and - only when the RayCluster says
+raygpu.io/reclaim: on - apply the plan as ONE JSON patch whose first op tests
+metadata.resourceVersion. A conflict re-plans from a new snapshot, it never
+overwrites. A worker that holds a placement-group bundle, belongs to a live
+reservation, is needed for a pending placement group to fit, or is under its
+group's minReplicas is never removed.
+
+RayCluster annotations:
+  raygpu.io/reclaim                off | dry-run | on   (default dry-run: plan, report, write nothing)
+  raygpu.io/idle-timeout           e.g. 300s, 10m       (default 10m)
+  raygpu.io/idle-timeout.<group>   per worker group override
+A bad value gives a Warning Event InvalidAnnotation on the RayCluster (once
+per value) and the safe default; the sidecar keeps running.
+
+Reports: Prometheus metrics on :<--metrics-port>/metrics, Events ScaledDown /
+ScaleDownDryRun / ReservationReleased on the RayCluster, one log line per
+decision that changed and per cycle (JSON with --json-logs).
+
+SIGTERM or SIGINT stop it between cycles. Exit codes: 0 stopped cleanly,
+1 the last --once cycle failed, 2 bad usage or no access to the cluster.
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("sidecar", help="the idle-node reclaimer loop (next to the Ray head)",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cluster", default=os.environ.get("RAYGPU_CLUSTER"),
+                   help="RayCluster name (default: $RAYGPU_CLUSTER, else the ray.io/cluster label of this pod)")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"),
+                   help="its namespace (default: $POD_NAMESPACE, else this pod's ServiceAccount namespace)")
+    p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or "127.0.0.1:6379",
+                   help="GCS address host:port (default: $RAY_ADDRESS, else 127.0.0.1:6379)")
+    p.add_argument("--kubeconfig", default=None,
+                   help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else in-cluster)")
+    p.add_argument("--interval-s", type=_positive, default=10.0, help="seconds between cycles (default 10)")
+    p.add_argument("--once", action="store_true",
+                   help="run one cycle (re-planning at once after a conflict) and exit")
+    p.add_argument("--metrics-port", type=int, default=9108, help="Prometheus port; 0 disables (default 9108)")
+    p.add_argument("--json-logs", action="store_true", help="one JSON object per log line")
+    p.add_argument("--startup-grace-s", type=_non_negative, default=120.0,
+                   help="a worker younger than this is never idle (default 120)")
+    p.add_argument("--heartbeat-timeout-s", type=_positive, default=60.0,
+                   help="release a reservation whose driver has not beaten for this long (default 60)")
+    p.add_argument("--debug-pause-before-apply-s", type=_non_negative, default=0.0,
+                   help=argparse.SUPPRESS)  # fault injection for tests: widen the plan -> patch window
+    p.set_defaults(func=run)
+
+
+def _positive(s: str) -> float:
+    v = float(s)
+    if not v > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return v
+
+
+def _non_negative(s: str) -> float:
+    v = float(s)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return v
+
+
+def _where(args: argparse.Namespace, kube) -> tuple[str, str]:
+    """(namespace, cluster): flags/env first, else this pod's ServiceAccount namespace and ray.io/cluster label."""
+    from raygpu.errors import PermanentError
+    ns = args.namespace or (SA_NAMESPACE_FILE.read_text().strip() if SA_NAMESPACE_FILE.exists() else None)
+    cluster = args.cluster
+    if not cluster and ns and os.environ.get("HOSTNAME"):
+        pod = kube.get("v1", "Pod", os.environ["HOSTNAME"], ns)
+        cluster = ((pod or {}).get("metadata", {}).get("labels") or {}).get("ray.io/cluster")
+    if not ns or not cluster:
+        raise PermanentError("cannot tell which RayCluster to watch: pass --cluster and --namespace "
+                             "(or set RAYGPU_CLUSTER and POD_NAMESPACE)")
+    return ns, cluster
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from raygpu.adapters.kube import KubeAdapter
+    from raygpu.errors import RayGpuError
+    from raygpu.reclaim import logs
+    from raygpu.reclaim.cache import ClusterCache
+    from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
+    from raygpu.reclaim.metrics import SidecarMetrics
+
+    logs.setup(args.json_logs)
+    try:
+        kube = KubeAdapter(args.kubeconfig)
+        namespace, cluster = _where(args, kube)
+    except RayGpuError as e:
+        print(f"raygpu sidecar: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        log.info("stopping", extra={"fields": {"signal": signal.Signals(signum).name}})
+        stop.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    config = SidecarConfig(namespace=namespace, cluster=cluster, ray_address=args.ray_address,
+                           interval_s=args.interval_s, startup_grace_s=args.startup_grace_s,
+                           heartbeat_timeout_s=args.heartbeat_timeout_s)
+    metrics = SidecarMetrics()
+    server = metrics.serve(args.metrics_port) if args.metrics_port else None
+    cache = ClusterCache(kube.api, namespace, cluster).start()
+    pause = args.debug_pause_before_apply_s
+    reclaimer = Reclaimer(kube, cache, config, metrics,
+                          before_apply=(lambda plan: time.sleep(pause)) if pause else None)
+    log.info("started", extra={"fields": {"namespace": namespace, "cluster": cluster, "ray_address": args.ray_address,
+                                          "interval_s": args.interval_s, "metrics_port": args.metrics_port,
+                                          "pid": os.getpid()}})
+    try:
+        if not cache.wait_synced(timeout_s=30.0):
+            log.warning("cache-not-synced", extra={"fields": {"errors": list(cache.view().errors)}})
+        if args.once:
+            report = reclaimer.run(stop, once=True)
+            return 1 if report is None or report.outcome in (CycleOutcome.ERROR, CycleOutcome.NOT_SYNCED) else 0
+        reclaimer.run(stop)
+        return 0
+    finally:
+        cache.stop()
+        if server is not None:
+            server.shutdown()
+        log.info("stopped", extra={"fields": {"namespace": namespace, "cluster": cluster}})

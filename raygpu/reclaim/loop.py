@@ -1,0 +1,316 @@
+"""The sidecar's cycle: snapshot -> plan -> apply, for one RayCluster.
+
+One cycle, in order:
+
+1. Kubernetes view from the watch cache (no LIST): the RayCluster, its pods,
+   its reservation ConfigMaps. Reservations are read before Ray on purpose
+   (see ``raygpu.plan.gc``).
+2. Policy from the RayCluster's annotations; each distinct bad value gives one
+   ``InvalidAnnotation`` Event and its safe default. Mode ``off`` stops here.
+3. Ray's view from the GCS (nodes, placement groups) and its job table.
+4. Plans, both pure: ``plan_gc`` (reservations to release) and
+   ``plan_reclaim`` (workers to remove; every reservation with a state
+   ConfigMap is left to the garbage collector).
+5. Report: one log line per decision that changed, metrics; in ``dry-run``
+   one ``ScaleDownDryRun`` Event per distinct plan, and stop.
+6. Apply (mode ``on``): one JSON patch on the RayCluster, first op a test of
+   the resourceVersion the plan was made from. A conflict drops the plan and
+   asks for an immediate new cycle from a new snapshot; it never overwrites.
+   On success the written RayCluster is assumed into the cache and a
+   ``ScaledDown`` Event per group lists the pods and why.
+7. Garbage collection (mode ``on``): release each reservation of ``plan_gc``
+   with the gang module's release code.
+
+``cycle`` never raises: every failure is a ``CycleOutcome`` and a log line,
+and the next cycle starts from a new snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.errors import RayGpuError, TransientError
+from raygpu.model.annotations import KEY_RECLAIM, parse_cluster_policy
+from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcPlan
+from raygpu.model.raycluster import RayClusterView
+from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
+from raygpu.model.views import K8sView, RayView, Snapshot
+from raygpu.plan.gc import plan_gc
+from raygpu.plan.reclaim import plan_reclaim
+from raygpu.reclaim.apply import ApplyStatus, apply_reclaim, release_reservation
+from raygpu.reclaim.cache import CacheView, ClusterCache
+from raygpu.reclaim.metrics import SidecarMetrics
+
+log = logging.getLogger("raygpu.sidecar")
+
+MAX_IMMEDIATE_REPLANS = 5  # conflicts in a row re-planned at once; then the normal interval
+CONFLICT_WAIT_S = 5.0  # how long to wait for the watch to deliver the write that beat us
+
+
+class CycleOutcome(str, Enum):
+    NOT_SYNCED = "not-synced"  # the watch cache has not listed everything yet: no plan
+    NO_CLUSTER = "no-cluster"  # the RayCluster does not exist (yet, or any more)
+    OFF = "off"  # raygpu.io/reclaim: off
+    IDLE = "nothing-to-do"  # planned; nothing to delete or release
+    DRY_RUN = "dry-run"  # planned and reported, nothing written
+    APPLIED = "applied"  # something was written
+    CONFLICT = "conflict"  # the RayCluster changed under the plan: re-plan now
+    ERROR = "error"  # a write or a read failed; the next cycle re-plans
+
+
+@dataclass
+class SidecarConfig:
+    namespace: str
+    cluster: str
+    ray_address: str
+    interval_s: float = 10.0
+    startup_grace_s: float = 120.0
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+    ray_timeout_s: float = 10.0
+
+
+@dataclass
+class CycleReport:
+    outcome: CycleOutcome
+    mode: ReclaimMode | None = None
+    plan: ReclaimPlan | None = None
+    gc: GcPlan | None = None
+    deleted_pods: tuple[str, ...] = ()  # put in workersToDelete by this cycle
+    released: tuple[str, ...] = ()  # reservation ConfigMaps released by this cycle
+    error: str | None = None
+    duration_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def replan_now(self) -> bool:
+        return self.outcome is CycleOutcome.CONFLICT
+
+
+BeforeApply = Callable[[ReclaimPlan], None]
+
+
+class Reclaimer:
+    """Runs cycles for one RayCluster. Not thread-safe: one caller at a time."""
+
+    def __init__(self, kube: KubeAdapter, cache: ClusterCache, config: SidecarConfig,
+                 metrics: SidecarMetrics | None = None, *, clock: Callable[[], float] = time.time,
+                 read_ray: Callable[..., RayView] | None = None,
+                 read_jobs: Callable[[str], dict[str, bool] | None] | None = None,
+                 before_apply: BeforeApply | None = None) -> None:
+        if read_ray is None:
+            from raygpu.adapters.ray_gcs import read_ray_view as read_ray
+        if read_jobs is None:
+            from raygpu.reclaim.ray_jobs import read_job_liveness as read_jobs
+        self.kube, self.cache, self.config = kube, cache, config
+        self.metrics = metrics or SidecarMetrics()
+        self.clock, self.read_ray, self.read_jobs = clock, read_ray, read_jobs
+        self.before_apply = before_apply
+        self._seen_problems: set[tuple[str, str]] = set()
+        self._last_decisions: dict[str, tuple[str, str]] = {}
+        self._last_gc: dict[str, str] = {}
+        self._last_dry_run: tuple[str, ...] = ()
+        self._last_cycle_s: float | None = None
+
+    # ------------------------------------------------------------------ loop
+    def run(self, stop: threading.Event, once: bool = False) -> CycleReport | None:
+        """Cycle until ``stop`` is set (checked between cycles); ``once``: one cycle, plus its re-plans.
+
+        A conflict re-plans at once, at most MAX_IMMEDIATE_REPLANS times in a row,
+        then waits the normal interval. Returns the last cycle's report.
+        """
+        report, replans = None, 0
+        while not stop.is_set():
+            report = self.cycle()
+            if report.replan_now and replans < MAX_IMMEDIATE_REPLANS:
+                replans += 1
+                continue
+            if once:
+                break
+            replans = 0
+            stop.wait(self.config.interval_s)
+        return report
+
+    def cycle(self, before_apply: BeforeApply | None = None) -> CycleReport:
+        """One snapshot -> plan -> apply. Never raises. ``before_apply(plan)`` runs just before the patch."""
+        t0 = time.monotonic()
+        try:
+            report = self._cycle(before_apply or self.before_apply)
+        except Exception as e:  # noqa: BLE001 - a cycle must never kill the loop
+            log.exception("cycle-failed", extra={"fields": self._ids({"error": str(e)})})
+            report = CycleReport(CycleOutcome.ERROR, error=f"{type(e).__name__}: {e}")
+        report.duration_s = time.monotonic() - t0
+        self.metrics.cycle_duration.observe(report.duration_s)
+        self.metrics.cycles.labels(report.outcome.value).inc()
+        plan = report.plan
+        log.info("cycle", extra={"fields": self._ids({
+            "outcome": report.outcome.value, "mode": report.mode.value if report.mode else None,
+            "duration_s": round(report.duration_s, 3), "pods": len(plan.decisions) if plan else None,
+            "to_delete": list(report.deleted_pods) if report.outcome is CycleOutcome.APPLIED
+            else list(plan.deleted_pods) if plan else [],
+            "reclaimable_gpus": plan.reclaimed_gpus if plan else 0.0,
+            "released": list(report.released), "error": report.error})})
+        return report
+
+    # ----------------------------------------------------------------- steps
+    def _cycle(self, before_apply: BeforeApply | None) -> CycleReport:
+        cfg = self.config
+        # 1. Kubernetes from the watch cache; reservations are thereby read before Ray.
+        view = self.cache.view()
+        if not view.synced:
+            return CycleReport(CycleOutcome.NOT_SYNCED, error="; ".join(view.errors) or "watch cache not synced yet")
+        if view.cluster is None:
+            return CycleReport(CycleOutcome.NO_CLUSTER, error=f"RayCluster {cfg.namespace}/{cfg.cluster} not found")
+        cluster = view.cluster
+        now_s = self.clock()
+
+        # 2. Policy; bad values -> one Event each, and the safe default.
+        mode, policy = self._policy(cluster)
+        if mode is ReclaimMode.OFF:
+            return CycleReport(CycleOutcome.OFF, mode=mode)
+
+        # 3. Ray: nodes and placement groups, then the job table.
+        ray = self.read_ray(cfg.ray_address, timeout_s=cfg.ray_timeout_s, now_s=now_s)
+        jobs = self.read_jobs(cfg.ray_address) if ray.reachable else None
+
+        # 4. Plans.
+        gc = plan_gc(view.reservations, ray, now_s, jobs=jobs, heartbeat_timeout_s=cfg.heartbeat_timeout_s)
+        policy = policy.model_copy(update={"live_reservations": gc.reservation_groups})
+        snapshot = Snapshot(taken_at_s=now_s, cluster=cluster.name, namespace=cluster.namespace, ray=ray,
+                            k8s=K8sView(pods=view.pods))
+        plan = plan_reclaim(snapshot, cluster, policy, now_s)
+
+        # 5. Report.
+        self._report(plan, gc, view, ray, mode, now_s)
+        report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan, gc=gc)
+        if mode is ReclaimMode.DRY_RUN:
+            if plan.deleted_pods and plan.deleted_pods != self._last_dry_run:
+                self._event(cluster, "ScaleDownDryRun", "dry-run (raygpu.io/reclaim is not 'on'), would delete: "
+                            + _pod_list(plan))
+            self._last_dry_run = plan.deleted_pods
+            if plan.to_delete or gc.to_release:
+                report.outcome = CycleOutcome.DRY_RUN
+            return report
+
+        # 6. Apply the scale-down: one tested patch.
+        if plan.to_delete:
+            if before_apply is not None:
+                before_apply(plan)
+            result = apply_reclaim(self.kube, plan)
+            fields = self._ids({"resource_version": plan.cluster_resource_version, "pods": list(plan.deleted_pods),
+                                "status": result.status.value, "error": result.error})
+            log.info("patch", extra={"fields": fields})
+            if result.status is ApplyStatus.CONFLICT:
+                self.metrics.patch_conflicts.inc()
+                self.cache.wait_cluster_change(plan.cluster_resource_version, CONFLICT_WAIT_S)
+                report.outcome, report.error = CycleOutcome.CONFLICT, result.error
+                return report  # the plan is dropped; GC waits for the re-plan too
+            if result.status is ApplyStatus.FAILED:
+                report.outcome, report.error = CycleOutcome.ERROR, result.error
+                return report
+            assert result.cluster is not None
+            self.cache.assume_cluster(result.cluster, plan.cluster_resource_version)
+            report.outcome, report.deleted_pods = CycleOutcome.APPLIED, plan.deleted_pods
+            self.metrics.gpus_reclaimed.inc(plan.reclaimed_gpus)
+            self.metrics.workers_deleted.inc(len(plan.deleted_pods))
+            for g in plan.to_delete:
+                reasons = "; ".join(f"{d.pod_name} ({d.reason.value}: {d.detail})"
+                                    for d in plan.decisions if d.pod_name in g.added)
+                self._event(cluster, "ScaledDown", f"worker group {g.group_name}: replicas {g.old_replicas} -> "
+                            f"{g.replicas}, deleting {len(g.added)}: {reasons}")
+
+        # 7. Garbage-collect reservations nobody will release.
+        released = []
+        for d in gc.to_release:
+            try:
+                group_removed, cm_deleted = release_reservation(self.kube, cluster.namespace, cluster.name, d)
+            except RayGpuError as e:
+                report.errors.append(f"release {d.reservation}: {e}")
+                log.warning("release-failed", extra={"fields": self._ids({"reservation": d.reservation,
+                                                                          "error": str(e)})})
+                continue
+            log.info("released" if group_removed or cm_deleted else "already-released", extra={"fields": self._ids({
+                "reservation": d.reservation, "group": d.group, "reason": d.reason.value, "detail": d.detail,
+                "group_removed": group_removed, "configmap_deleted": cm_deleted})})
+            if group_removed or cm_deleted:  # else a previous cycle (or the driver) did it; the cache lags
+                released.append(d.reservation)
+                self.metrics.reservations_released.labels(d.reason.value).inc()
+                self._event(cluster, "ReservationReleased", f"reservation {d.reservation} (worker group {d.group}) "
+                            f"released: {d.reason.value}: {d.detail}")
+        report.released = tuple(released)
+        if released:
+            report.outcome = CycleOutcome.APPLIED
+        if report.errors and report.outcome is CycleOutcome.IDLE:
+            report.outcome, report.error = CycleOutcome.ERROR, "; ".join(report.errors)
+        return report
+
+    def _policy(self, cluster: RayClusterView) -> tuple[ReclaimMode, ReclaimPolicy]:
+        cp, problems = parse_cluster_policy(cluster.annotations)
+        for pr in problems:
+            key = (pr.key, pr.value)
+            if key in self._seen_problems:
+                continue
+            log.warning("invalid-annotation", extra={"fields": self._ids({
+                "key": pr.key, "value": pr.value, "reason": pr.reason, "default_used": pr.default_used})})
+            if self._event(cluster, "InvalidAnnotation", f"{pr.key}={pr.value!r} ignored: {pr.reason}; "
+                           f"using {pr.default_used}", type_="Warning"):
+                self._seen_problems.add(key)
+                self.metrics.invalid_annotations.inc()
+        mode = ReclaimMode(cp.reclaim.value)
+        if any(pr.key == KEY_RECLAIM for pr in problems):
+            mode = ReclaimMode.DRY_RUN  # the safe default, whatever the parser's default is
+        return mode, ReclaimPolicy(idle_timeout_s=cp.idle_timeout_s, group_idle_timeout_s=cp.group_idle_timeout_s,
+                                   startup_grace_s=self.config.startup_grace_s, mode=mode)
+
+    def _report(self, plan: ReclaimPlan, gc: GcPlan, view: CacheView, ray: RayView, mode: ReclaimMode,
+                now_s: float) -> None:
+        m = self.metrics
+        for d in plan.decisions:
+            m.decisions.labels(d.action.value, d.reason.value).inc()
+            sig = (d.action.value, d.reason.value)
+            if d.action is DecisionAction.DELETE or self._last_decisions.get(d.pod_name) != sig:
+                log.info("decision", extra={"fields": self._ids({
+                    "mode": mode.value, "pod": d.pod_name, "group": d.group, "action": d.action.value,
+                    "reason": d.reason.value, "detail": d.detail, "gpus": d.gpus,
+                    "idle_for_s": None if d.idle_for_s is None else round(d.idle_for_s, 1),
+                    "k8s_node": d.k8s_node_name, "ray_node": d.ray_node_id})})
+        self._last_decisions = {d.pod_name: (d.action.value, d.reason.value) for d in plan.decisions}
+        for d in gc.decisions:
+            if d.action.value == "release" or self._last_gc.get(d.reservation) != d.reason.value:
+                log.info("gc-decision", extra={"fields": self._ids({
+                    "mode": mode.value, "reservation": d.reservation, "group": d.group, "action": d.action.value,
+                    "reason": d.reason.value, "detail": d.detail})})
+        self._last_gc = {d.reservation: d.reason.value for d in gc.decisions}
+        pods = {p.name for p in view.pods if not p.is_head}
+        idle_gpus = sum(n.gpu_total for n in ray.nodes
+                        if n.alive and not n.is_head and n.instance_id in pods and n.idle_since_s is not None)
+        m.idle_gpus.set(idle_gpus)
+        m.reclaimable_gpus.set(plan.reclaimed_gpus)
+        if self._last_cycle_s is not None and now_s > self._last_cycle_s:
+            dt_s = min(now_s - self._last_cycle_s, 5 * self.config.interval_s + self.config.ray_timeout_s)
+            m.idle_gpu_seconds.inc(idle_gpus * dt_s)
+        self._last_cycle_s = now_s
+
+    def _event(self, cluster: RayClusterView, reason: str, message: str, type_: str = "Normal") -> bool:
+        """Record an Event on the RayCluster; False only when it failed and is worth retrying."""
+        involved = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster.name,
+                    "namespace": cluster.namespace, "uid": cluster.uid}
+        try:
+            self.kube.event(involved, reason, message, type_=type_, component="raygpu-sidecar")
+            return True
+        except RayGpuError as e:
+            log.warning("event-failed", extra={"fields": self._ids({"reason": reason, "error": str(e)})})
+            return not isinstance(e, TransientError)
+
+    def _ids(self, fields: dict) -> dict:
+        return {"namespace": self.config.namespace, "cluster": self.config.cluster, **fields}
+
+
+def _pod_list(plan: ReclaimPlan) -> str:
+    return "; ".join(f"{d.pod_name} ({d.reason.value}: {d.detail})" for d in plan.decisions
+                     if d.action is DecisionAction.DELETE)

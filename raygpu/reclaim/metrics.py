@@ -1,0 +1,56 @@
+"""The sidecar's Prometheus metrics, on a registry of their own (one per sidecar, so tests can run several).
+
+=============================================  =========  ===============================================
+metric                                         type       meaning
+=============================================  =========  ===============================================
+raygpu_reclaim_idle_gpu_seconds_total          counter    GPU-seconds spent on idle Ray workers (idle GPUs
+                                                          x seconds between two cycles): the waste
+raygpu_reclaim_idle_gpus                       gauge      GPUs on idle Ray workers at the last cycle
+raygpu_reclaim_reclaimable_gpus                gauge      GPUs the last plan would free (in any mode)
+raygpu_reclaim_gpus_reclaimed_total            counter    GPUs of workers removed by an applied patch
+raygpu_reclaim_workers_deleted_total           counter    workers put in workersToDelete by this sidecar
+raygpu_reclaim_decisions_total{action,reason}  counter    one per pod per planned cycle
+raygpu_reclaim_patch_conflicts_total           counter    patches refused because the RayCluster changed
+raygpu_reclaim_cycle_duration_seconds          histogram  one observation per cycle
+raygpu_reclaim_cycles_total{outcome}           counter    cycles by outcome (see CycleOutcome)
+raygpu_gc_reservations_released_total{reason}  counter    reservations released by the garbage collector
+raygpu_reclaim_invalid_annotations_total       counter    distinct bad annotation values seen
+=============================================  =========  ===============================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class SidecarMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.idle_gpu_seconds = Counter("raygpu_reclaim_idle_gpu_seconds", "GPU-seconds spent on idle Ray workers",
+                                        registry=r)
+        self.idle_gpus = Gauge("raygpu_reclaim_idle_gpus", "GPUs on idle Ray workers at the last cycle", registry=r)
+        self.reclaimable_gpus = Gauge("raygpu_reclaim_reclaimable_gpus", "GPUs the last plan would free",
+                                      registry=r)
+        self.gpus_reclaimed = Counter("raygpu_reclaim_gpus_reclaimed", "GPUs of workers removed by applied patches",
+                                      registry=r)
+        self.workers_deleted = Counter("raygpu_reclaim_workers_deleted", "Workers put in workersToDelete",
+                                       registry=r)
+        self.decisions = Counter("raygpu_reclaim_decisions", "Reclaim decisions, one per pod per planned cycle",
+                                 ["action", "reason"], registry=r)
+        self.patch_conflicts = Counter("raygpu_reclaim_patch_conflicts",
+                                       "RayCluster patches refused because the object changed", registry=r)
+        self.cycle_duration = Histogram("raygpu_reclaim_cycle_duration_seconds", "Duration of one sidecar cycle",
+                                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.cycles = Counter("raygpu_reclaim_cycles", "Sidecar cycles by outcome", ["outcome"], registry=r)
+        self.reservations_released = Counter("raygpu_gc_reservations_released",
+                                             "Reservations released by the garbage collector", ["reason"], registry=r)
+        self.invalid_annotations = Counter("raygpu_reclaim_invalid_annotations",
+                                           "Distinct bad raygpu annotation values seen", registry=r)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
+        """Serve ``/metrics`` on ``port`` in a daemon thread; returns the server (``.shutdown()`` stops it)."""
+        from prometheus_client import start_http_server
+        started = start_http_server(port, addr=addr, registry=self.registry)
+        return started[0] if isinstance(started, tuple) else started

@@ -1,0 +1,417 @@
+"""Issue 4: the idle-node reclaimer sidecar on the real testbed (KubeRay, kwok nodes, real Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, watch
+
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.reclaim.cache import ClusterCache
+from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
+from raygpu.testing import manifests as m
+from raygpu.testing.kube import api_client, apply
+from raygpu.testing.procs import free_port
+from tests.integration.util import alive_ray_nodes, holds_for, pods, ray_address, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+ON_5S = {"raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "5s"}
+GPU_RES = {"nvidia.com/gpu": 8}
+
+
+# ------------------------------------------------------------------ helpers
+class Sidecar:
+    """``raygpu sidecar`` in a subprocess with JSON logs, parsed as they come."""
+
+    def __init__(self, testbed, ns: str, cluster: str, address: str, log_path: Path, *extra: str,
+                 kubeconfig: Path | None = None) -> None:
+        self.metrics_port = free_port()
+        argv = [sys.executable, "-m", "raygpu.cli", "sidecar", "--cluster", cluster, "--namespace", ns,
+                "--ray-address", address, "--kubeconfig", str(kubeconfig or testbed.kubeconfig),
+                "--interval-s", "1", "--startup-grace-s", "0", "--metrics-port", str(self.metrics_port),
+                "--json-logs", *extra]
+        self.log_path = log_path
+        self.lines: list[dict] = []
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        with open(self.log_path, "a") as f:
+            for line in self.proc.stdout:
+                f.write(line)
+                f.flush()
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    rec = {"event": "non-json", "line": line.rstrip()}
+                with self._lock:
+                    self.lines.append(rec)
+
+    def records(self, event: str | None = None, **fields) -> list[dict]:
+        with self._lock:
+            return [r for r in self.lines if (event is None or r.get("event") == event)
+                    and all(r.get(k) == v for k, v in fields.items())]
+
+    def wait(self, what: str, probe, timeout_s: float):
+        return wait_for(what, probe, timeout_s, log=self.log_path)
+
+    def signal(self, sig: int) -> int | None:
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(20)
+        finally:
+            self._reader.join(5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class PodDeletions:
+    """Counts DELETED watch events per pod name in a namespace (the ground truth of 'deleted twice')."""
+
+    def __init__(self, core, ns: str) -> None:
+        self.counts: dict[str, int] = {}
+        self.created: set[str] = set()
+        self._w = watch.Watch()
+        rv = core.list_namespaced_pod(ns).metadata.resource_version
+        self._t = threading.Thread(target=self._run, args=(core, ns, rv), daemon=True)
+        self._t.start()
+
+    def _run(self, core, ns, rv) -> None:
+        while True:
+            try:
+                for ev in self._w.stream(core.list_namespaced_pod, ns, resource_version=rv, deserialize=False,
+                                         timeout_seconds=300):
+                    name = ev["object"]["metadata"]["name"]
+                    rv = ev["object"]["metadata"]["resourceVersion"]
+                    if ev["type"] == "DELETED":
+                        self.counts[name] = self.counts.get(name, 0) + 1
+                    elif ev["type"] == "ADDED":
+                        self.created.add(name)
+                return
+            except Exception:  # noqa: BLE001 - the namespace goes away at the end
+                return
+
+    def stop(self) -> None:
+        self._w.stop()
+
+
+def _cluster(kube, ns: str, pool: str, groups: list[dict], annotations: dict[str, str], name: str = "rc") -> dict:
+    rc = m.raycluster(name, ns, groups, pool=pool, annotations=annotations)
+    apply(kube, rc)
+    return rc
+
+
+def _workers(core, ns: str, group: str | None = None) -> list[str]:
+    sel = "ray.io/node-type=worker" + (f",ray.io/group={group}" if group else "")
+    return sorted(p["metadata"]["name"] for p in pods(core, ns, sel) if not p["metadata"].get("deletionTimestamp"))
+
+
+def _ready(testbed, core, ns: str, cluster: str, n_workers: int) -> tuple[str, list[str]]:
+    """Wait for n Running worker pods and as many alive Ray worker nodes; returns (GCS address, pod names)."""
+    def running():
+        ws = [p for p in pods(core, ns, "ray.io/node-type=worker") if p["status"].get("phase") == "Running"]
+        return sorted(p["metadata"]["name"] for p in ws) if len(ws) == n_workers else None
+    names = wait_for(f"{n_workers} worker pods Running", running, 90, log=testbed.logs / "ray-operator.log")
+    addr = ray_address(testbed, ns, cluster)
+    wait_for(f"{n_workers} Ray worker nodes alive",
+             lambda: sorted(n.instance_id for n in alive_ray_nodes(addr) if n.instance_id in names) == names, 90,
+             log=testbed.logs / "bridge.log")
+    return addr, names
+
+
+def _events(core, ns: str, reason: str, name: str = "rc") -> list:
+    return core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name},reason={reason}").items
+
+
+def _spec_groups(kube, ns: str, name: str = "rc") -> dict[str, dict]:
+    rc = kube.resources.get(api_version="ray.io/v1", kind="RayCluster").get(name=name, namespace=ns).to_dict()
+    return {g["groupName"]: g for g in rc["spec"]["workerGroupSpecs"]}
+
+
+def _merge_patch(kube, ns: str, body: dict, name: str = "rc") -> None:
+    kube.resources.get(api_version="ray.io/v1", kind="RayCluster").patch(
+        name=name, namespace=ns, body=body, content_type="application/merge-patch+json")
+
+
+DRIVER = textwrap.dedent("""
+    import json, sys, ray
+    from ray.util.placement_group import placement_group, placement_group_table
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    say = lambda **kw: print(json.dumps(kw), flush=True)
+    held = placement_group([{"GPU": 8}], name="held")
+    ray.get(held.ready(), timeout=60)
+    say(held=list(placement_group_table(held)["bundles_to_node_id"].values()))
+    wide = placement_group([{"GPU": 8}] * 3, strategy="STRICT_SPREAD", name="wide")
+    say(wide_state=placement_group_table(wide)["state"])
+    ray.get(wide.ready(), timeout=240)
+    say(wide=list(placement_group_table(wide)["bundles_to_node_id"].values()))
+    sys.stdin.read()  # hold both placement groups until the test closes stdin
+""")
+
+
+# -------------------------------------------------------------------- tests
+def test_idle_workers_go_bundle_holders_and_pending_pg_needs_stay(testbed, ns, pool, kube, core, tmp_path):
+    """(1) the small idle worker goes after 5 s; the bundle holder and the two workers a pending
+    STRICT_SPREAD placement group needs stay, and the PG is then placed on them."""
+    t0 = time.monotonic()
+    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8", "g3": "h100x8", "g4": "h100x8", "t1": "t4x1"})
+    _cluster(kube, ns, pool.name, [
+        m.worker_group("gpu", replicas=3, pool=pool.name, gpus=GPU_RES),
+        m.worker_group("small", replicas=1, cpu="4", memory="16Gi", gpus={"nvidia.com/gpu": 1}, pool=pool.name)],
+        ON_5S)
+    addr, _ = _ready(testbed, core, ns, "rc", 4)
+    small = _workers(core, ns, "small")
+    by_node = lambda: {n.node_id: n.instance_id for n in alive_ray_nodes(addr)}  # noqa: E731
+
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, addr], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=REPO)
+    side = None
+    try:
+        held = json.loads(driver.stdout.readline())["held"]
+        assert json.loads(driver.stdout.readline())["wide_state"] == "PENDING"
+        holder = by_node()[held[0]]
+        deletions = PodDeletions(core, ns)
+        side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log")
+
+        side.wait("the idle 1-GPU worker deleted", lambda: _workers(core, ns, "small") == [], 60)
+        reasons = {r["pod"]: r["reason"] for r in side.records("decision")}
+        assert reasons[small[0]] == "Idle"
+        assert reasons[holder] == "HoldsBundle"
+        needed = [p for p in _workers(core, ns, "gpu") if p != holder]
+        assert [reasons[p] for p in needed] == ["NeededByPendingPG"] * 2, reasons
+        holds_for("the 3 GPU workers stay", lambda: len(_workers(core, ns, "gpu")) == 3, 6)
+        assert all(side.records("decision", pod=p)[-1]["reason"] in ("HoldsBundle", "NeededByPendingPG")
+                   for p in [holder, *needed])
+
+        # a fourth worker arrives (as the autoscaler or a gang reservation would add it): the PG fits now
+        _merge_patch(kube, ns, {"spec": {"workerGroupSpecs": [
+            {**_spec_groups(kube, ns)["gpu"], "replicas": 4}, _spec_groups(kube, ns)["small"]]}})
+        wide = json.loads(driver.stdout.readline())["wide"]
+        placed_on = {by_node()[n] for n in wide}
+        assert set(needed) <= placed_on and holder not in placed_on
+        holds_for("all 4 GPU workers stay (each holds a bundle)", lambda: len(_workers(core, ns, "gpu")) == 4, 5)
+        assert deletions.counts == {small[0]: 1}
+        scaled = _events(core, ns, "ScaledDown")
+        assert len(scaled) == 1 and small[0] in scaled[0].message and "Idle" in scaled[0].message
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{side.metrics_port}/metrics", timeout=5).read().decode()
+        assert 'raygpu_reclaim_decisions_total{action="keep",reason="NeededByPendingPG"}' in metrics
+        assert "raygpu_reclaim_gpus_reclaimed_total 1.0" in metrics
+        assert "raygpu_reclaim_cycle_duration_seconds_count" in metrics
+        assert "raygpu_reclaim_idle_gpu_seconds_total" in metrics
+        assert side.signal(signal.SIGTERM) == 0
+        assert side.records("stopped")
+    finally:
+        if side:
+            side.stop()
+        driver.stdin.close()
+        driver.terminate()
+        driver.wait(30)
+    print(f"test (1) took {time.monotonic() - t0:.0f}s")
+
+
+def test_a_concurrent_write_between_plan_and_patch_causes_a_replan(testbed, ns, pool, kube, core):
+    """(2) the RayCluster changes between snapshot and patch: the patch fails its test, nothing is deleted,
+    and the re-plan (from the new version) keeps the workers the writer now protects."""
+    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8"})
+    _cluster(kube, ns, pool.name, [m.worker_group("gpu", replicas=2, pool=pool.name, gpus=GPU_RES)], ON_5S)
+    addr, names = _ready(testbed, core, ns, "rc", 2)
+    adapter = KubeAdapter(str(testbed.kubeconfig))
+    cache = ClusterCache(adapter.api, ns, "rc").start()
+    try:
+        assert cache.wait_synced(30)
+        reclaimer = Reclaimer(adapter, cache, SidecarConfig(namespace=ns, cluster="rc", ray_address=addr,
+                                                            interval_s=0.5, startup_grace_s=0))
+        stale_plans = []
+
+        def concurrent_writer(plan):  # someone raises the group minimum after our snapshot
+            stale_plans.append(plan)
+            _merge_patch(kube, ns, {"spec": {"workerGroupSpecs": [{**_spec_groups(kube, ns)["gpu"],
+                                                                   "minReplicas": 2}]}})
+        report = wait_for("a plan that deletes, hit by a concurrent write",
+                          lambda: (r := reclaimer.cycle(before_apply=concurrent_writer)).outcome
+                          is CycleOutcome.CONFLICT and r, 60)
+        assert stale_plans[-1].deleted_pods == tuple(names), "the stale plan would have deleted both workers"
+        assert report.replan_now
+        replan = reclaimer.cycle()  # the immediate re-plan, from the writer's version
+        assert replan.outcome is CycleOutcome.IDLE
+        assert replan.plan.cluster_resource_version != stale_plans[-1].cluster_resource_version
+        assert {replan.plan.decision(n).reason.value for n in names} == {"GroupMinimum"}
+        reg = reclaimer.metrics.registry
+        assert reg.get_sample_value("raygpu_reclaim_patch_conflicts_total") == 1
+        holds_for("both workers stay, workersToDelete empty",
+                  lambda: _workers(core, ns) == names
+                  and not (_spec_groups(kube, ns)["gpu"].get("scaleStrategy") or {}).get("workersToDelete"), 4)
+        # control: once the writer's minimum is lifted, the same reclaimer deletes them
+        _merge_patch(kube, ns, {"spec": {"workerGroupSpecs": [{**_spec_groups(kube, ns)["gpu"], "minReplicas": 0}]}})
+        wait_for("a plan applied after the minimum is lifted",
+                 lambda: reclaimer.cycle().outcome is CycleOutcome.APPLIED, 30)
+        wait_for("both workers deleted", lambda: _workers(core, ns) == [], 60)
+        assert reg.get_sample_value("raygpu_reclaim_patch_conflicts_total") == 1
+    finally:
+        cache.stop()
+
+
+def test_sigkill_mid_cycle_and_restart_reach_the_same_end_state(testbed, ns, pool, kube, core, tmp_path):
+    """(3) kill -9 between plan and patch, then right after the patch; the third sidecar finds the work
+    done. Each idle worker is deleted exactly once and KubeRay replaces none."""
+    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8", "g3": "h100x8"})
+    _cluster(kube, ns, pool.name, [m.worker_group("a", replicas=1, pool=pool.name, gpus=GPU_RES),
+                                   m.worker_group("b", replicas=2, pool=pool.name, gpus=GPU_RES)], ON_5S)
+    addr, names = _ready(testbed, core, ns, "rc", 3)
+    deletions = PodDeletions(core, ns)
+    sidecars = []
+    try:
+        # 1. killed while paused between plan and patch: nothing written
+        s1 = Sidecar(testbed, ns, "rc", addr, tmp_path / "s1.log", "--debug-pause-before-apply-s", "120")
+        sidecars.append(s1)
+        s1.wait("sidecar 1 plans to delete all 3", lambda: len(s1.records("decision", action="delete")) == 3, 60)
+        assert s1.signal(signal.SIGKILL) == -signal.SIGKILL
+        assert not s1.records("patch")
+        assert _workers(core, ns) == names
+        assert not any((g.get("scaleStrategy") or {}).get("workersToDelete") for g in _spec_groups(kube, ns).values())
+
+        # 2. killed right after its patch landed (before or while it writes its Events)
+        s2 = Sidecar(testbed, ns, "rc", addr, tmp_path / "s2.log")
+        sidecars.append(s2)
+        patch = s2.wait("sidecar 2 patches", lambda: s2.records("patch", status="applied"), 60)[0]
+        s2.signal(signal.SIGKILL)
+        assert sorted(patch["pods"]) == names
+
+        # 3. a fresh sidecar: sees the deletions in flight or done, writes nothing
+        s3 = Sidecar(testbed, ns, "rc", addr, tmp_path / "s3.log")
+        sidecars.append(s3)
+        wait_for("all 3 workers deleted", lambda: _workers(core, ns) == [], 60, log=testbed.logs / "ray-operator.log")
+        s3.wait("sidecar 3 ran 3 cycles", lambda: len(s3.records("cycle")) >= 3, 30)
+        assert not s3.records("patch")
+        assert all(r["outcome"] in ("nothing-to-do", "not-synced") for r in s3.records("cycle"))
+        holds_for("no worker comes back", lambda: _workers(core, ns) == [], 4)
+        assert deletions.counts == {n: 1 for n in names}, deletions.counts
+        assert not (deletions.created - set(names)), f"KubeRay created replacements: {deletions.created}"
+        groups = _spec_groups(kube, ns)
+        assert (groups["a"]["replicas"], groups["b"]["replicas"]) == (0, 0)
+        listed = [n for g in groups.values() for n in g["scaleStrategy"]["workersToDelete"]]
+        assert sorted(listed) == names  # each once
+        assert len(_events(core, ns, "ScaledDown")) <= 2  # one per group at most, from sidecar 2
+        assert s3.signal(signal.SIGTERM) == 0
+    finally:
+        for s in sidecars:
+            s.stop()
+        deletions.stop()
+
+
+def _deploy_objects(ns: str) -> list[dict]:
+    base = REPO / "deploy" / "sidecar"
+    kust = yaml.safe_load((base / "kustomization.yaml").read_text())
+    out = []
+    for f in kust["resources"]:
+        for obj in yaml.safe_load_all((base / f).read_text()):
+            obj["metadata"]["namespace"] = ns
+            out.append(obj)
+    return out
+
+
+def test_runs_under_the_deployed_service_account_with_least_privilege(testbed, ns, pool, kube, core, tmp_path):
+    """(4) the Role of deploy/sidecar is enough for the job (scale-down, Events, reservation GC) and
+    denies deleting pods and reading secrets."""
+    for obj in _deploy_objects(ns):
+        apply(kube, obj)
+    tok = core.create_namespaced_service_account_token("raygpu-sidecar", ns, {"spec": {"expirationSeconds": 900}})
+    kc = testbed.kubeconfig_for_token(tok.status.token, "raygpu-sidecar", tmp_path / "sa.kubeconfig")
+    sa_core = client.CoreV1Api(api_client(kc))
+    wait_for("the RoleBinding takes effect", lambda: sa_core.list_namespaced_pod(ns) is not None, 30)
+
+    pool.add({"cpu": "cpu16", "g1": "h100x8"})
+    _cluster(kube, ns, pool.name, [m.worker_group("gpu", replicas=1, pool=pool.name, gpus=GPU_RES)], ON_5S)
+    addr, names = _ready(testbed, core, ns, "rc", 1)
+    # a reservation whose driver was killed long ago, and a bystander ConfigMap
+    core.create_namespaced_config_map(ns, {"metadata": {
+        "name": "rc-rg-orphan", "labels": {"raygpu.io/reservation": "rg-orphan", "raygpu.io/cluster": "rc"},
+        "annotations": {"raygpu.io/reservation-state": "reserved", "raygpu.io/heartbeat-at": f"{time.time() - 600:.0f}"}},
+        "data": {"plan.json": "{}"}})
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "bystander"}, "data": {"k": "v"}})
+    core.create_namespaced_secret(ns, {"metadata": {"name": "secret"}, "stringData": {"password": "x"}})
+
+    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", kubeconfig=kc)
+    try:
+        side.wait("the idle worker deleted", lambda: _workers(core, ns) == [], 60)
+        side.wait("the orphan reservation released", lambda: side.records("released", reservation="rc-rg-orphan"), 30)
+        assert [c.metadata.name for c in core.list_namespaced_config_map(ns).items
+                if c.metadata.name in ("rc-rg-orphan", "bystander")] == ["bystander"]
+        assert _events(core, ns, "ScaledDown") and _events(core, ns, "ReservationReleased")
+        assert not [r for r in side.lines if r.get("level") in ("warning", "error")], side.lines
+    finally:
+        side.stop()
+
+    denied = {
+        "delete a pod": lambda: sa_core.delete_namespaced_pod(pods(core, ns, "ray.io/node-type=head")[0]
+                                                              ["metadata"]["name"], ns),
+        "list secrets": lambda: sa_core.list_namespaced_secret(ns),
+        "read a secret": lambda: sa_core.read_namespaced_secret("secret", ns),
+        "create a pod": lambda: sa_core.create_namespaced_pod(ns, {"metadata": {"name": "x"}, "spec": {
+            "containers": [{"name": "c", "image": "busybox"}]}}),
+    }
+    for what, call in denied.items():
+        with pytest.raises(client.ApiException) as exc:
+            call()
+        assert exc.value.status == 403, what
+
+
+def test_example_raycluster_with_sidecar_is_accepted_by_the_api_server(testbed, ns, kube):
+    obj = yaml.safe_load((REPO / "deploy" / "examples" / "raycluster-with-sidecar.yaml").read_text())
+    res = kube.resources.get(api_version="ray.io/v1", kind="RayCluster")
+    out = res.create(body=obj, namespace=ns, query_params=[("dryRun", "All")]).to_dict()
+    head = out["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["serviceAccountName"] == "raygpu-sidecar"
+    sidecar = next(c for c in head["containers"] if c["name"] == "raygpu-sidecar")
+    assert sidecar["command"] == ["raygpu", "sidecar"] and sidecar["image"] == "raygpu:0.1.0"
+    assert out["metadata"]["annotations"]["raygpu.io/reclaim"] == "on"
+
+
+def test_bad_annotation_gives_an_event_and_dry_run_not_a_crash_loop(testbed, ns, pool, kube, core, tmp_path):
+    """(5) raygpu.io/reclaim: yes-please -> one InvalidAnnotation Event per bad value, dry-run (nothing
+    deleted), the process keeps cycling; fixing the value lets it reclaim."""
+    pool.add({"cpu": "cpu16", "g1": "h100x8"})
+    _cluster(kube, ns, pool.name, [m.worker_group("gpu", replicas=1, pool=pool.name, gpus=GPU_RES)],
+             {"raygpu.io/reclaim": "yes-please", "raygpu.io/idle-timeout": "5s"})
+    addr, names = _ready(testbed, core, ns, "rc", 1)
+    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log")
+    try:
+        side.wait("an InvalidAnnotation Event", lambda: _events(core, ns, "InvalidAnnotation"), 30)
+        side.wait("a dry-run plan that would delete the idle worker",
+                  lambda: side.records("decision", action="delete", mode="dry-run"), 60)
+        cycles = len(side.records("cycle"))
+        holds_for("the worker stays and the sidecar keeps cycling", lambda: _workers(core, ns) == names
+                  and side.proc.poll() is None, 5)
+        assert len(side.records("cycle")) >= cycles + 3
+        (ev,) = _events(core, ns, "InvalidAnnotation")  # once for this value, over many cycles
+        assert ev.type == "Warning" and "yes-please" in ev.message and "dry-run" in ev.message
+        assert len(_events(core, ns, "ScaleDownDryRun")) == 1
+        assert not side.records("patch")
+
+        _merge_patch(kube, ns, {"metadata": {"annotations": {"raygpu.io/reclaim": "maybe"}}})
+        side.wait("a second Event for the second bad value",
+                  lambda: len(_events(core, ns, "InvalidAnnotation")) == 2, 30)
+        assert _workers(core, ns) == names
+
+        _merge_patch(kube, ns, {"metadata": {"annotations": {"raygpu.io/reclaim": "on"}}})
+        side.wait("the worker deleted once the value is fixed", lambda: _workers(core, ns) == [], 60)
+        assert len(_events(core, ns, "InvalidAnnotation")) == 2
+    finally:
+        side.stop()
