@@ -131,17 +131,16 @@ class Testbed:
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--disable-admission-plugins=ServiceAccount", "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none", "--v=1"])
-        from raygpu.testing.kube import api_client
         from kubernetes import client as kclient
 
         def readyz() -> bool:
-            c = api_client(self.kubeconfig)
-            try:
-                body = c.call_api("/readyz", "GET", auth_settings=["BearerToken"], response_type="str",
-                                  _preload_content=True)[0]
-                return "ok" in str(body)
-            finally:
-                c.close()
+            import ssl
+            import urllib.request
+            ctx = ssl.create_default_context(cafile=str(ca[0]))
+            req = urllib.request.Request(f"https://127.0.0.1:{ports['apiserver']}/readyz",
+                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            with urllib.request.urlopen(req, timeout=2, context=ctx) as r:  # noqa: S310 - loopback
+                return r.status == 200
         wait_for("kube-apiserver /readyz", readyz, 120, log=self.logs / "kube-apiserver.log")
         progress("starting kube-controller-manager and kube-scheduler")
         self._start("kube-controller-manager", [
