@@ -65,6 +65,7 @@ class RayProc:
     is_head: bool
     proc: subprocess.Popen
     address: str | None = None  # head only: GCS address
+    ready: bool = False  # "Ray runtime started" seen in its log
     keep: bool = False  # annotation "keep": outlive the pod
 
 
@@ -140,7 +141,7 @@ class Bridge:
         self.stopping = False
 
     # -------------------------------------------------------------- loop
-    def run(self, interval_s: float = 0.5) -> None:
+    def run(self, interval_s: float = 0.3) -> None:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
         while not self.stopping:
@@ -177,12 +178,17 @@ class Bridge:
                 log.warning("ray node for pod %s/%s exited with %s", rp.namespace, rp.pod, rp.proc.returncode)
                 self._stop(uid, "ray start exited")
         # heads first so that workers find their GCS in the same pass
+        # One Ray node starts at a time: raylets starting together on one host
+        # look each other up by IP and time out ("Failed to get node info").
+        if any(not self._started(rp) for rp in self.procs.values()):
+            return
         for p in sorted(wanted.values(), key=lambda p: (p["metadata"]["labels"].get("ray.io/node-type") != "head")):
-            if p["metadata"]["uid"] not in self.procs:
-                self._start(p)
+            if p["metadata"]["uid"] not in self.procs and self._start(p):
+                return
 
     # ------------------------------------------------------------ actions
-    def _start(self, pod: dict[str, Any]) -> None:
+    def _start(self, pod: dict[str, Any]) -> bool:
+        """Start the Ray node of ``pod``; False when it cannot start yet (or ever)."""
         md = pod["metadata"]
         ns, name, uid = md["namespace"], md["name"], md["uid"]
         cluster = md["labels"].get("ray.io/cluster", "")
@@ -190,18 +196,18 @@ class Bridge:
         cmd = env.get("KUBERAY_GEN_RAY_START_CMD")
         if not cmd:
             log.warning("pod %s/%s has no KUBERAY_GEN_RAY_START_CMD; skipped", ns, name)
-            return
+            return False
         is_head, params = parse_ray_start(cmd)
         head = self.heads.get((ns, cluster))
-        if not is_head and (head is None or head.address is None):
-            return  # the head is not up yet; next pass
+        if not is_head and (head is None or not self._started(head)):
+            return False  # the head is not up yet; next pass (a worker started earlier fails after ~40 s)
         argv = build_argv(is_head, params, head.address if head else None)
         full_env = dict(os.environ)
         full_env.update(env)
         full_env.update({MARKER_ENV: str(self.run_dir), "RAY_prestart_worker_first_driver": "0",
                          "RAY_enable_worker_prestart": "0", "RAY_USAGE_STATS_ENABLED": "0"})
         full_env.pop("KUBERAY_GEN_RAY_START_CMD", None)
-        logf = open(self.run_dir / "logs" / f"{ns}__{name}.log", "ab")  # noqa: SIM115
+        logf = open(self.run_dir / "logs" / f"{ns}__{name}.log", "wb")  # noqa: SIM115 - fresh: readiness reads it
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=full_env, start_new_session=True)
         rp = RayProc(uid, name, ns, cluster, is_head, proc,
@@ -209,12 +215,24 @@ class Bridge:
         if is_head:
             port = next(a.split("=", 1)[1] for a in argv if a.startswith("--port="))
             rp.address = f"127.0.0.1:{port}"
-            self.heads[(ns, cluster)] = rp
-            self._write_cluster(rp)
+            self.heads[(ns, cluster)] = rp  # the cluster file is written once the head is ready
         self.procs[uid] = rp
         (self.run_dir / "nodes").mkdir(exist_ok=True)
         (self.run_dir / "nodes" / f"{uid}.pid").write_text(str(proc.pid))
         log.info("started ray %s for pod %s/%s: %s", "head" if is_head else "worker", ns, name, shlex.join(argv))
+        return True
+
+    def _started(self, rp: RayProc) -> bool:
+        """``ray start`` printed that the runtime started (for a head: GCS and raylet up)."""
+        if rp.ready:
+            return True
+        try:
+            rp.ready = b"Ray runtime started" in (self.run_dir / "logs" / f"{rp.namespace}__{rp.pod}.log").read_bytes()
+        except OSError:
+            return False
+        if rp.ready and rp.is_head:
+            self._write_cluster(rp)
+        return rp.ready
 
     def _write_cluster(self, rp: RayProc) -> None:
         f = self.run_dir / "clusters" / f"{rp.namespace}__{rp.cluster}.json"

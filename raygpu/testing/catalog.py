@@ -54,5 +54,8 @@ def node_manifest(name: str, shape: str | NodeShape, extra_labels: dict[str, str
             "kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
         "spec": {},
         "status": {"capacity": resources, "allocatable": dict(resources),
-                   "nodeInfo": {"kubeletVersion": "fake", "architecture": "amd64", "operatingSystem": "linux"}},
+                   "nodeInfo": {
+                       "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "kwok", "kernelVersion": "",
+                       "kubeProxyVersion": "", "kubeletVersion": "kwok", "machineID": "", "operatingSystem": "linux",
+                       "osImage": "kwok", "systemUUID": ""}},
     }

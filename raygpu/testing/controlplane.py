@@ -129,7 +129,7 @@ class Testbed:
             "--authorization-mode=Node,RBAC", f"--token-auth-file={pkid / 'tokens.csv'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
-            "--disable-admission-plugins=ServiceAccount", "--enable-priority-and-fairness=false",
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none", "--v=1"])
         from kubernetes import client as kclient
 
