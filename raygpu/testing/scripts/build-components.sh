@@ -87,7 +87,9 @@ GO
   local moddir; moddir=$(go env GOMODCACHE)
   mkdir -p "$out/crds/kuberay" "$out/crds/scheduler-plugins"
   cp "$moddir/github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION"/config/crd/bases/*.yaml "$out/crds/kuberay/"
-  cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/crds/*.yaml "$out/crds/scheduler-plugins/"
+  # PodGroup (coscheduling) and ElasticQuota (the PodGroup controller watches both)
+  cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/coscheduling/crd.yaml "$out/crds/scheduler-plugins/podgroups.yaml"
+  cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/capacityscheduling/crd.yaml "$out/crds/scheduler-plugins/elasticquotas.yaml"
   chmod -R u+w "$out/crds"
   echo "$((SECONDS - t0))" > "$out/.build_seconds"
   touch "$out/.done"
