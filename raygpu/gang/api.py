@@ -60,6 +60,7 @@ class GangPlacementGroup:
         self._progress = progress
         self._stop = threading.Event()
         self._released = False
+        self._done = threading.Event()  # set once a release/rollback has finished
         self._lock = threading.Lock()
         self.error: str | None = None
         self._deadline = time.monotonic() + reservation.request.timeout_s
@@ -100,6 +101,7 @@ class GangPlacementGroup:
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.2)
+        self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return False
 
     def remove(self) -> None:
@@ -148,7 +150,10 @@ class GangPlacementGroup:
             remove_placement_group(self.placement_group)
         except Exception:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
             pass
-        self.reservation.release(failed=failure)
+        try:
+            self.reservation.release(failed=failure)
+        finally:
+            self._done.set()
         self._progress(f"reservation {self.plan.reservation_group} "
                        f"{'rolled back: ' + failure if failure else 'released'}")
         with _LIVE_LOCK:

@@ -29,7 +29,8 @@ from raygpu.model.gang import (ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASO
                                ReservationState, check_transition)
 from raygpu.model.views import K8sPodView
 from raygpu.plan.gang import dns_label, plan_gang
-from raygpu.plan.patch import add_worker_group, raycluster_patch, remove_worker_group
+from raygpu.plan.patch import (add_worker_group, raycluster_patch, remove_worker_group, set_replicas,
+                               set_workers_to_delete)
 
 MAX_REPLANS = 5
 ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"
@@ -110,28 +111,55 @@ class Reservation:
             self.history.append(final.value)
 
 
-def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, group: str) -> bool:
-    """Remove worker group ``group`` from the RayCluster with a tested JSON patch; re-read on conflict.
+def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, group: str,
+                             drain_timeout_s: float = 60.0) -> bool:
+    """Take worker group ``group`` out of the RayCluster, its pods first; re-read on every conflict.
 
-    Returns False when the group (or the cluster) is already gone.
+    KubeRay never deletes the pods of a group that left the spec, so this
+    (1) scales the group to zero with its pods listed in ``workersToDelete``
+    (KubeRay deletes them), (2) waits up to ``drain_timeout_s`` for them to go,
+    (3) removes the group. Each write is a JSON patch that tests the
+    resourceVersion and the group's name first. Returns False when the group
+    (or the cluster) is already gone.
     """
-    for _ in range(MAX_REPLANS):
-        try:
-            view = kube.get_raycluster(namespace, cluster)
-        except PermanentError:
-            return False
-        try:
-            idx = view.group_index(group)
-        except KeyError:
-            return False
-        try:
-            kube.patch_raycluster(namespace, cluster, raycluster_patch(view.resource_version,
-                                                                       remove_worker_group(idx, group)))
-            return True
-        except ConflictError:
-            continue
-    raise ConflictError(f"could not remove worker group {group} from {namespace}/{cluster}: "
-                        f"{MAX_REPLANS} conflicting writes in a row")
+    def patch(build) -> bool:
+        for _ in range(MAX_REPLANS):
+            try:
+                view = kube.get_raycluster(namespace, cluster)
+            except PermanentError:
+                return False
+            try:
+                idx = view.group_index(group)
+            except KeyError:
+                return False
+            ops = build(idx, view)
+            if not ops:
+                return True
+            try:
+                kube.patch_raycluster(namespace, cluster, raycluster_patch(view.resource_version, ops))
+                return True
+            except ConflictError:
+                continue
+        raise ConflictError(f"could not update worker group {group} of {namespace}/{cluster}: "
+                            f"{MAX_REPLANS} conflicting writes in a row")
+
+    def live_pods() -> list[str]:
+        return sorted(p.name for p in kube.ray_pods(namespace, cluster) if p.ray_group == group and not p.deleting)
+
+    def scale_to_zero(idx: int, view) -> list[dict]:
+        g = view.worker_groups[idx]
+        pods = live_pods()
+        if g.replicas == 0 and g.min_replicas == 0 and not pods:
+            return []
+        return [*set_replicas(idx, 0, group),
+                {"op": "add", "path": f"/spec/workerGroupSpecs/{idx}/minReplicas", "value": 0},
+                *set_workers_to_delete(idx, pods)]
+    if not patch(scale_to_zero):
+        return False
+    deadline = time.monotonic() + drain_timeout_s
+    while any(True for p in kube.ray_pods(namespace, cluster) if p.ray_group == group) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return patch(lambda idx, view: remove_worker_group(idx, group))
 
 
 def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,

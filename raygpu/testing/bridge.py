@@ -50,6 +50,8 @@ log = logging.getLogger("raygpu.bridge")
 MARKER_ENV = "RAYGPU_TESTBED_RAY"
 TESTBED_RAY_ANNOTATION = "raygpu.io/testbed-ray"  # "stopped" | "keep": see the module docstring
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL
+START_GATE_S = 45.0  # a node still starting after this no longer holds back the next one
 # flags whose values must change when many Ray nodes share one host
 _DROP = {"address", "block", "port", "dashboard-port", "dashboard-host", "metrics-export-port",
          "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "ray-client-server-port",
@@ -66,6 +68,7 @@ class RayProc:
     proc: subprocess.Popen
     address: str | None = None  # head only: GCS address
     ready: bool = False  # "Ray runtime started" seen in its log
+    started_at: float = 0.0  # monotonic
     keep: bool = False  # annotation "keep": outlive the pod
 
 
@@ -138,13 +141,14 @@ class Bridge:
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, RayProc] = {}
         self.heads: dict[tuple[str, str], RayProc] = {}
-        self.stopping = False
+        self.stopping: dict[int, tuple[subprocess.Popen, float]] = {}  # pid -> (proc, SIGKILL deadline)
+        self.exiting = False
 
     # -------------------------------------------------------------- loop
     def run(self, interval_s: float = 0.3) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
-        signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
-        while not self.stopping:
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "exiting", True))
+        signal.signal(signal.SIGINT, lambda *_: setattr(self, "exiting", True))
+        while not self.exiting:
             try:
                 self.reconcile()
             except Exception:  # noqa: BLE001 - keep bridging; the API server may blink
@@ -152,8 +156,13 @@ class Bridge:
             time.sleep(interval_s)
         for uid in list(self.procs):
             self._stop(uid, "bridge stopping")
+        deadline = time.monotonic() + STOP_GRACE_S + 2
+        while self.stopping and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.2)
 
     def reconcile(self) -> None:
+        self._reap()
         pods = self.api.list_pod_for_all_namespaces(label_selector="ray.io/is-ray-node=yes",
                                                     _preload_content=False)
         items = json.loads(pods.data)["items"]
@@ -180,7 +189,7 @@ class Bridge:
         # heads first so that workers find their GCS in the same pass
         # One Ray node starts at a time: raylets starting together on one host
         # look each other up by IP and time out ("Failed to get node info").
-        if any(not self._started(rp) for rp in self.procs.values()):
+        if any(not self._started(rp) and time.monotonic() - rp.started_at < START_GATE_S for rp in self.procs.values()):
             return
         for p in sorted(wanted.values(), key=lambda p: (p["metadata"]["labels"].get("ray.io/node-type") != "head")):
             if p["metadata"]["uid"] not in self.procs and self._start(p):
@@ -240,15 +249,35 @@ class Bridge:
                                  "head_pod": rp.pod, "pid": rp.proc.pid}))
 
     def _stop(self, uid: str, why: str) -> None:
-        from raygpu.testing.procs import stop
+        """SIGTERM the node's process group (the raylet unregisters) without blocking the loop."""
         rp = self.procs.pop(uid)
         log.info("stopping ray node of pod %s/%s (%s)", rp.namespace, rp.pod, why)
-        stop(rp.proc.pid, timeout_s=15)
-        rp.proc.poll()
+        try:
+            os.killpg(rp.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.stopping[rp.proc.pid] = (rp.proc, time.monotonic() + STOP_GRACE_S)
         (self.run_dir / "nodes" / f"{uid}.pid").unlink(missing_ok=True)
         if rp.is_head:
             self.heads.pop((rp.namespace, rp.cluster), None)
             (self.run_dir / "clusters" / f"{rp.namespace}__{rp.cluster}.json").unlink(missing_ok=True)
+
+    def _reap(self) -> None:
+        """SIGKILL process groups still alive past their grace period; forget the dead ones."""
+        for pid, (proc, deadline) in list(self.stopping.items()):
+            group_alive = True
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                group_alive = False
+            proc.poll()
+            if not group_alive:
+                del self.stopping[pid]
+            elif time.monotonic() > deadline:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 def ray_clusters(run_dir: Path) -> list[dict[str, Any]]:

@@ -66,7 +66,7 @@ def test_bundles_sit_exactly_on_the_reserved_pods(testbed, ns, cluster, core):
     wait_for("reservation released", lambda: _nothing_left(kube, ns, cluster), 60)
 
 
-@pytest.mark.parametrize("bundles, strategy, backend, cluster_name, expect", [
+BAD_REQUESTS = [  # bundles, strategy, backend, cluster, what the error must name
     ([{"GPU": 16}], "PACK", None, "c", "bundle 0"),
     ([{"GPU": 8}], "DIAGONAL", None, "c", "strategy"),
     ([{"GPU": 0}], "PACK", None, "c", "bundle 0"),
@@ -74,17 +74,19 @@ def test_bundles_sit_exactly_on_the_reserved_pods(testbed, ns, cluster, core):
     ([{"GPU": 8}], "PACK", "slurm", "c", "backend"),
     ([{"GPU": 8}], "PACK", None, "nope", "unknown cluster"),
     ([{"GPU": 0.5}], "PACK", None, "c", "fractional"),
-])
-def test_bad_requests_fail_fast_and_create_nothing(testbed, ns, cluster, bundles, strategy, backend, cluster_name,
-                                                   expect):
+]
+
+
+def test_bad_requests_fail_fast_and_create_nothing(testbed, ns, cluster):
     kube = KubeAdapter(str(testbed.kubeconfig))
     rv = kube.get_raycluster(ns, cluster).resource_version
-    with pytest.raises(raygpu.RayGpuError) as err:
-        raygpu.placement_group(bundles, strategy=strategy, cluster=cluster_name, namespace=ns, backend=backend,
-                               kubeconfig=str(testbed.kubeconfig), name="bad")
-    assert expect in str(err.value).lower(), str(err.value)
-    assert _nothing_left(kube, ns, cluster) is not None
-    assert kube.get_raycluster(ns, cluster).resource_version == rv, "the RayCluster was written"
+    for bundles, strategy, backend, cluster_name, expect in BAD_REQUESTS:
+        with pytest.raises(raygpu.RayGpuError) as err:
+            raygpu.placement_group(bundles, strategy=strategy, cluster=cluster_name, namespace=ns, backend=backend,
+                                   kubeconfig=str(testbed.kubeconfig), name="bad")
+        assert expect in str(err.value).lower(), (bundles, strategy, backend, str(err.value))
+        assert _nothing_left(kube, ns, cluster) is not None, (bundles, strategy, backend)
+        assert kube.get_raycluster(ns, cluster).resource_version == rv, f"the RayCluster was written: {bundles}"
 
 
 def test_infeasible_error_names_bundle_resource_and_limit(testbed, ns, cluster):
