@@ -219,7 +219,7 @@ class Bridge:
         logf = open(self.run_dir / "logs" / f"{ns}__{name}.log", "wb")  # noqa: SIM115 - fresh: readiness reads it
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=full_env, start_new_session=True)
-        rp = RayProc(uid, name, ns, cluster, is_head, proc,
+        rp = RayProc(uid, name, ns, cluster, is_head, proc, started_at=time.monotonic(),
                      keep=(md.get("annotations") or {}).get(TESTBED_RAY_ANNOTATION) == "keep")
         if is_head:
             port = next(a.split("=", 1)[1] for a in argv if a.startswith("--port="))
