@@ -112,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
     except RayGpuError as e:
         print(f"raygpu sidecar: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - e.g. no kubeconfig and not in a pod: bad usage, not a crash
+        print(f"raygpu sidecar: cannot reach Kubernetes: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:

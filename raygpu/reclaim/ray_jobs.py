@@ -23,7 +23,10 @@ def read_job_liveness(gcs_address: str, timeout_s: float = 5.0) -> dict[str, boo
                                                                    fetch_cluster_id_if_nil=False))
             if not accessor.connect():
                 raise ConnectionError("GlobalStateAccessor could not connect")
-            rows = accessor.get_job_table(skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
+            try:
+                rows = accessor.get_job_table(skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
+            finally:
+                accessor.disconnect()
             jobs = {}
             for raw in rows:
                 entry = JobTableData.FromString(raw)

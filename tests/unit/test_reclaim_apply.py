@@ -1,7 +1,8 @@
 """Applying reclaim plans: the JSON patch on a recorded RayCluster, and the sidecar cycle against fakes.
 
-The RayCluster below was recorded from the testbed's API server (KubeRay v1.5.0
-defaulting, after the operator reconciled it). Patches are applied to it with
+The RayCluster below was recorded from the testbed's API server (KubeRay v1.5.0,
+after the operator reconciled it; managedFields dropped): groups ``gpu`` (3 x 8
+GPUs) and ``small`` (1 x 1 GPU, with a stale ``workersToDelete`` entry). Patches are applied to it with
 a small RFC 6902 applier that behaves like the API server: a failed ``test``
 rejects the whole patch, and every accepted write bumps the resourceVersion.
 """
@@ -29,26 +30,180 @@ NOW_S = 2_000_000.0
 R = ReclaimReason
 
 RECORDED = json.loads(r"""
-{"apiVersion": "ray.io/v1", "kind": "RayCluster",
- "metadata": {"annotations": {"raygpu.io/idle-timeout": "5s", "raygpu.io/reclaim": "on"},
-  "creationTimestamp": "2026-01-10T09:00:00Z", "generation": 1, "name": "rc", "namespace": "ns",
-  "resourceVersion": "4711", "uid": "6f1c2a9e-0d43-4c55-9b7e-2f0c7c1d9a10"},
- "spec": {"headGroupSpec": {"rayStartParams": {}, "serviceType": "ClusterIP",
-   "template": {"spec": {"containers": [{"image": "rayproject/ray:2.60.0", "name": "ray-head",
-     "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}}}]}}},
+{
+ "apiVersion": "ray.io/v1",
+ "kind": "RayCluster",
+ "metadata": {
+  "annotations": {
+   "raygpu.io/idle-timeout": "5s",
+   "raygpu.io/reclaim": "on"
+  },
+  "creationTimestamp": "2026-12-02T13:26:18Z",
+  "generation": 1,
+  "name": "rc",
+  "namespace": "record-rc",
+  "resourceVersion": "2533",
+  "uid": "ce5a4c98-9e68-4274-a4a8-e8438696f3c3"
+ },
+ "spec": {
+  "headGroupSpec": {
+   "rayStartParams": {},
+   "template": {
+    "spec": {
+     "containers": [
+      {
+       "image": "rayproject/ray:2.60.0",
+       "name": "ray-head",
+       "resources": {
+        "limits": {
+         "cpu": "2",
+         "memory": "8Gi"
+        },
+        "requests": {
+         "cpu": "2",
+         "memory": "8Gi"
+        }
+       }
+      }
+     ],
+     "nodeSelector": {
+      "raygpu.io/pool": "record-none",
+      "raygpu.io/testbed-shape": "cpu16"
+     }
+    }
+   }
+  },
   "rayVersion": "2.60.0",
   "workerGroupSpecs": [
-   {"groupName": "gpu", "maxReplicas": 16, "minReplicas": 0, "numOfHosts": 1, "rayStartParams": {},
-    "replicas": 3, "template": {"spec": {"containers": [{"image": "rayproject/ray:2.60.0", "name": "ray-worker",
-     "resources": {"limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"},
-                   "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]}}},
-   {"groupName": "small", "maxReplicas": 4, "minReplicas": 0, "numOfHosts": 1, "rayStartParams": {},
-    "replicas": 1, "scaleStrategy": {"workersToDelete": ["rc-small-worker-gone1"]},
-    "template": {"spec": {"containers": [{"image": "rayproject/ray:2.60.0", "name": "ray-worker",
-     "resources": {"limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
-                   "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]}}}]},
- "status": {"availableWorkerReplicas": 4, "desiredWorkerReplicas": 4, "state": "ready"}}
+   {
+    "groupName": "gpu",
+    "maxReplicas": 16,
+    "minReplicas": 0,
+    "numOfHosts": 1,
+    "rayStartParams": {},
+    "replicas": 3,
+    "template": {
+     "spec": {
+      "containers": [
+       {
+        "image": "rayproject/ray:2.60.0",
+        "name": "ray-worker",
+        "resources": {
+         "limits": {
+          "cpu": "8",
+          "memory": "64Gi",
+          "nvidia.com/gpu": "8"
+         },
+         "requests": {
+          "cpu": "8",
+          "memory": "64Gi",
+          "nvidia.com/gpu": "8"
+         }
+        }
+       }
+      ],
+      "nodeSelector": {
+       "raygpu.io/pool": "record-none"
+      }
+     }
+    }
+   },
+   {
+    "groupName": "small",
+    "maxReplicas": 4,
+    "minReplicas": 0,
+    "numOfHosts": 1,
+    "rayStartParams": {},
+    "replicas": 1,
+    "scaleStrategy": {
+     "workersToDelete": [
+      "rc-small-worker-gone1"
+     ]
+    },
+    "template": {
+     "spec": {
+      "containers": [
+       {
+        "image": "rayproject/ray:2.60.0",
+        "name": "ray-worker",
+        "resources": {
+         "limits": {
+          "cpu": "4",
+          "memory": "16Gi",
+          "nvidia.com/gpu": "1"
+         },
+         "requests": {
+          "cpu": "4",
+          "memory": "16Gi",
+          "nvidia.com/gpu": "1"
+         }
+        }
+       }
+      ],
+      "nodeSelector": {
+       "raygpu.io/pool": "record-none"
+      }
+     }
+    }
+   }
+  ]
+ },
+ "status": {
+  "conditions": [
+   {
+    "lastTransitionTime": "2026-12-02T13:26:18Z",
+    "message": "",
+    "reason": "Unknown",
+    "status": "False",
+    "type": "HeadPodReady"
+   },
+   {
+    "lastTransitionTime": "2026-12-02T13:26:18Z",
+    "message": "RayCluster Pods are being provisioned for first time",
+    "reason": "RayClusterPodsProvisioning",
+    "status": "False",
+    "type": "RayClusterProvisioned"
+   },
+   {
+    "lastTransitionTime": "2026-12-02T13:26:18Z",
+    "message": "",
+    "reason": "RayClusterSuspended",
+    "status": "False",
+    "type": "RayClusterSuspended"
+   },
+   {
+    "lastTransitionTime": "2026-12-02T13:26:18Z",
+    "message": "",
+    "reason": "RayClusterSuspending",
+    "status": "False",
+    "type": "RayClusterSuspending"
+   }
+  ],
+  "desiredCPU": "30",
+  "desiredGPU": "25",
+  "desiredMemory": "216Gi",
+  "desiredTPU": "0",
+  "desiredWorkerReplicas": 4,
+  "endpoints": {
+   "client": "10001",
+   "dashboard": "8265",
+   "gcs-server": "6379",
+   "metrics": "8080",
+   "serve": "8000"
+  },
+  "head": {
+   "podName": "rc-head-7dn79",
+   "serviceName": "rc-head-svc"
+  },
+  "lastUpdateTime": "2026-12-02T13:26:18Z",
+  "maxWorkerReplicas": 20,
+  "observedGeneration": 1
+ }
+}
 """)
+NS = RECORDED["metadata"]["namespace"]
+RV0 = int(RECORDED["metadata"]["resourceVersion"])
+
 
 
 # ------------------------------------------------------------------ helpers
@@ -78,7 +233,7 @@ def json_patch(doc: dict, ops: list[dict]) -> dict:
 
 
 def pod(name: str, group: str, node: str, age_s: float = 3600, head: bool = False) -> K8sPodView:
-    return K8sPodView(name=name, namespace="ns", node_name=node, phase="Running", created_at_s=NOW_S - age_s,
+    return K8sPodView(name=name, namespace=NS, node_name=node, phase="Running", created_at_s=NOW_S - age_s,
                       ray_cluster="rc", ray_group=group, ray_node_type="head" if head else "worker")
 
 
@@ -103,7 +258,7 @@ ALL_IDLE = {"rc-gpu-worker-a": 60, "rc-gpu-worker-b": 60, "rc-gpu-worker-c": Non
 
 
 def plan_on(raw: dict, ray: RayView, **policy):
-    snap = Snapshot(taken_at_s=NOW_S, cluster="rc", namespace="ns", ray=ray, k8s=K8sView(pods=PODS))
+    snap = Snapshot(taken_at_s=NOW_S, cluster="rc", namespace=NS, ray=ray, k8s=K8sView(pods=PODS))
     return plan_reclaim(snap, RayClusterView.from_k8s(raw), ReclaimPolicy(idle_timeout_s=5, **policy), NOW_S)
 
 
@@ -112,7 +267,7 @@ def test_patch_tests_version_group_and_replicas_then_sets_both_fields():
     plan = plan_on(RECORDED, ray_view(ALL_IDLE))
     assert plan.deleted_pods == ("rc-gpu-worker-a", "rc-gpu-worker-b", "rc-small-worker-d")
     ops = reclaim_patch(plan)
-    assert ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "4711"}
+    assert ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": str(RV0)}
     assert ops[1:5] == [
         {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "gpu"},
         {"op": "test", "path": "/spec/workerGroupSpecs/0/replicas", "value": 3},
@@ -134,7 +289,7 @@ def test_patch_tests_version_group_and_replicas_then_sets_both_fields():
 def test_a_patch_from_a_stale_read_is_rejected_whole():
     plan = plan_on(RECORDED, ray_view(ALL_IDLE))
     moved = copy.deepcopy(RECORDED)
-    moved["metadata"]["resourceVersion"] = "4712"
+    moved["metadata"]["resourceVersion"] = str(RV0 + 1)
     with pytest.raises(PatchRejected):
         json_patch(moved, reclaim_patch(plan))
     reordered = copy.deepcopy(RECORDED)
@@ -147,7 +302,7 @@ def test_replanning_after_the_patch_deletes_nothing_twice():
     ray = ray_view(ALL_IDLE)
     first = plan_on(RECORDED, ray)
     after = json_patch(RECORDED, reclaim_patch(first))
-    after["metadata"]["resourceVersion"] = "4712"
+    after["metadata"]["resourceVersion"] = str(RV0 + 1)
     second = plan_on(after, ray)  # the pods still exist: the operator has not deleted them yet
     assert second.to_delete == ()
     assert {second.decision(p).reason for p in first.deleted_pods} == {R.ALREADY_DELETING}
@@ -167,8 +322,9 @@ def test_no_plan_without_a_version_or_without_deletions():
 class FakeKube:
     """The KubeAdapter calls the cycle makes, over one RayCluster dict, with API-server semantics."""
 
-    def __init__(self, raw: dict) -> None:
+    def __init__(self, raw: dict, bare_422: bool = True) -> None:
         self.raw = copy.deepcopy(raw)
+        self.bare_422 = bare_422  # answer a failed test as the API server does for a custom resource
         self.patches: list[list[dict]] = []
         self.events: list[tuple[str, str, str]] = []
         self.deleted: list[tuple[str, str]] = []
@@ -178,6 +334,9 @@ class FakeKube:
         mutate(self.raw)
         self.raw["metadata"]["resourceVersion"] = str(int(self.raw["metadata"]["resourceVersion"]) + 1)
 
+    def ray_pods(self, namespace, cluster=None):
+        return list(PODS)
+
     def get_raycluster(self, namespace, name):
         return RayClusterView.from_k8s(self.raw)
 
@@ -186,6 +345,9 @@ class FakeKube:
         try:
             out = json_patch(self.raw, patch)
         except PatchRejected as e:
+            if self.bare_422:
+                raise PermanentError(f"patch RayCluster {namespace}/{name}: 422: the server rejected our request "
+                                     "due to an error in our request") from e
             raise ConflictError(str(e)) from e
         self.patches.append(patch)
         self.raw = out
@@ -220,7 +382,7 @@ class FakeCache:
 
 
 def reclaimer(kube, cache=None, ray=None, **kw):
-    cfg = SidecarConfig(namespace="ns", cluster="rc", ray_address="127.0.0.1:1", interval_s=0.01, startup_grace_s=0)
+    cfg = SidecarConfig(namespace=NS, cluster="rc", ray_address="127.0.0.1:1", interval_s=0.01, startup_grace_s=0)
     reads = []
 
     def read_ray(address, timeout_s, now_s):
@@ -245,7 +407,7 @@ def test_cycle_applies_one_patch_then_nothing_more():
     assert len(kube.patches) == 1
     scaled = [e for e in kube.events if e[0] == "ScaledDown"]
     assert len(scaled) == 2 and "rc-gpu-worker-a (Idle: idle 60s >= timeout 5s)" in scaled[0][2]
-    assert r.cache.assumed == [("4712", "4711")]
+    assert r.cache.assumed == [(str(RV0 + 1), str(RV0))]
     for _ in range(3):  # a restarted or repeated cycle finds the deletions done, not to do
         assert r.cycle().outcome is CycleOutcome.IDLE
     assert len(kube.patches) == 1
@@ -253,8 +415,9 @@ def test_cycle_applies_one_patch_then_nothing_more():
     assert counter(r, "raygpu_reclaim_decisions_total", action="keep", reason="AlreadyDeleting") == 9
 
 
-def test_a_write_between_plan_and_patch_causes_a_replan_not_a_wrong_delete():
-    kube = FakeKube(RECORDED)
+@pytest.mark.parametrize("bare_422", [True, False], ids=["422-from-a-CRD", "ConflictError"])
+def test_a_write_between_plan_and_patch_causes_a_replan_not_a_wrong_delete(bare_422):
+    kube = FakeKube(RECORDED, bare_422=bare_422)
     r = reclaimer(kube)
 
     def concurrent_writer(plan):  # someone raises the minimum of both groups after our snapshot
@@ -271,6 +434,13 @@ def test_a_write_between_plan_and_patch_causes_a_replan_not_a_wrong_delete():
     assert [e for e in kube.events if e[0] == "ScaledDown"] == []
 
 
+def test_a_rejected_patch_on_an_unchanged_cluster_is_an_error_not_a_conflict():
+    kube = FakeKube(RECORDED)
+    kube.patch_raycluster = lambda ns, name, patch: (_ for _ in ()).throw(PermanentError("422: bad patch"))
+    rep = reclaimer(kube).cycle()
+    assert rep.outcome is CycleOutcome.ERROR and not rep.replan_now and "bad patch" in rep.error
+
+
 def test_run_replans_at_once_after_a_conflict_and_stops_on_the_event():
     kube = FakeKube(RECORDED)
     hits = []
@@ -281,8 +451,8 @@ def test_run_replans_at_once_after_a_conflict_and_stops_on_the_event():
             kube.bump(lambda raw: raw["metadata"].setdefault("labels", {}).update({"touched": "yes"}))
     r = reclaimer(kube, before_apply=writer_once)
     last = r.run(threading.Event(), once=True)
-    assert hits == ["4711"] and last.outcome is CycleOutcome.APPLIED
-    assert kube.patches[0][0]["value"] == "4712"  # re-planned from the writer's version
+    assert hits == [str(RV0)] and last.outcome is CycleOutcome.APPLIED
+    assert kube.patches[0][0]["value"] == str(RV0 + 1)  # re-planned from the writer's version
     stop = threading.Event()
     stop.set()
     assert r.run(stop) is None
@@ -327,9 +497,9 @@ def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
                                             "groupName": "rg-train", "replicas": 1, "minReplicas": 1})
     kube = FakeKube(raw)
     kube.configmaps = {"rc-rg-train", "rc-rg-live"}
-    dead = ReservationRecord(name="rc-rg-train", namespace="ns", group="rg-train", state="ready",
+    dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="ready",
                              placement_group_id="aa", heartbeat_at_s=NOW_S - 5)
-    live = ReservationRecord(name="rc-rg-live", namespace="ns", group="rg-live", state="ready",
+    live = ReservationRecord(name="rc-rg-live", namespace=NS, group="rg-live", state="ready",
                              placement_group_id="bb", heartbeat_at_s=NOW_S - 5)
     ray = ray_view({}, pgs=[PlacementGroupView(pg_id="aa", state=PgState.REMOVED),
                             PlacementGroupView(pg_id="bb", state=PgState.CREATED)])
@@ -349,7 +519,7 @@ def test_dry_run_releases_nothing():
     kube = FakeKube(RECORDED)
     kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "dry-run"
     kube.configmaps = {"rc-rg-x"}
-    stale = ReservationRecord(name="rc-rg-x", namespace="ns", group="rg-x", state="reserved", heartbeat_at_s=0)
+    stale = ReservationRecord(name="rc-rg-x", namespace=NS, group="rg-x", state="reserved", heartbeat_at_s=0)
     r = reclaimer(kube, FakeCache(kube, [stale]))
     rep = r.cycle()
     assert rep.outcome is CycleOutcome.DRY_RUN and [d.reservation for d in rep.gc.to_release] == ["rc-rg-x"]
@@ -386,7 +556,7 @@ class FakeList:
 
 
 def _pod_obj(name: str, rv: str) -> dict:
-    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv,
+    return {"metadata": {"name": name, "namespace": NS, "resourceVersion": rv,
                          "labels": {"ray.io/cluster": "rc", "ray.io/group": "gpu", "ray.io/node-type": "worker"}},
             "spec": {"containers": [{"name": "ray-worker"}]}, "status": {"phase": "Running"}}
 
@@ -395,7 +565,7 @@ def test_watch_cache_lists_once_watches_and_resyncs_on_410_gone():
     from kubernetes.client import ApiClient, Configuration
 
     from raygpu.reclaim.cache import ClusterCache
-    cache = ClusterCache(ApiClient(Configuration()), "ns", "rc")
+    cache = ClusterCache(ApiClient(Configuration()), NS, "rc")
     pods = FakeList([("10", [_pod_obj("a", "9")]), ("20", [_pod_obj("a", "9"), _pod_obj("b", "19")])],
                     ["gone", [("ADDED", _pod_obj("c", "21")), ("DELETED", _pod_obj("a", "22"))]])
     rc = FakeList([("5", [RECORDED])], [])
@@ -410,7 +580,7 @@ def test_watch_cache_lists_once_watches_and_resyncs_on_410_gone():
             time.sleep(0.02)
         view = cache.view()
         assert [p.name for p in view.pods] == ["b", "c"] and view.synced
-        assert view.cluster.resource_version == "4711"
+        assert view.cluster.resource_version == str(RV0)
         # LIST at start, WATCH from its version, 410 -> LIST again, WATCH from the new version, go on from the last event
         assert pods.calls[:5] == [("list", None), ("watch", "10"), ("list", None), ("watch", "20"), ("watch", "22")]
         assert cache.list_calls() == {"raycluster": 1, "pods": 2, "reservations": 1}
@@ -424,13 +594,12 @@ def test_cache_serves_our_own_write_until_the_watch_catches_up():
     from kubernetes.client import ApiClient, Configuration
 
     from raygpu.reclaim.cache import ClusterCache
-    cache = ClusterCache(ApiClient(Configuration()), "ns", "rc")
+    cache = ClusterCache(ApiClient(Configuration()), NS, "rc")
     kind = cache.kinds["raycluster"]
     kind.items["rc"] = RayClusterView.from_k8s(RECORDED)
-    written = RayClusterView.from_k8s({**RECORDED, "metadata": {**RECORDED["metadata"], "resourceVersion": "4712"}})
-    cache.assume_cluster(written, "4711")
-    assert cache.view().cluster.resource_version == "4712"
-    assert cache.wait_cluster_change("4711", 0.1)
-    kind.items["rc"] = RayClusterView.from_k8s({**RECORDED, "metadata": {**RECORDED["metadata"],
-                                                                        "resourceVersion": "4713"}})
-    assert cache.view().cluster.resource_version == "4713"  # someone wrote after us: trust the watch
+    at = lambda rv: {**RECORDED, "metadata": {**RECORDED["metadata"], "resourceVersion": str(rv)}}  # noqa: E731
+    cache.assume_cluster(RayClusterView.from_k8s(at(RV0 + 1)), str(RV0))
+    assert cache.view().cluster.resource_version == str(RV0 + 1)
+    assert cache.wait_cluster_change(str(RV0), 0.1)
+    kind.items["rc"] = RayClusterView.from_k8s(at(RV0 + 2))
+    assert cache.view().cluster.resource_version == str(RV0 + 2)  # someone wrote after us: trust the watch
