@@ -273,7 +273,7 @@ class Reclaimer:
         for d in plan.decisions:
             m.decisions.labels(d.action.value, d.reason.value).inc()
             sig = (d.action.value, d.reason.value)
-            if d.action is DecisionAction.DELETE or self._last_decisions.get(d.pod_name) != sig:
+            if self._last_decisions.get(d.pod_name) != sig:  # a repeated verdict is in the cycle line
                 log.info("decision", extra={"fields": self._ids({
                     "mode": mode.value, "pod": d.pod_name, "group": d.group, "action": d.action.value,
                     "reason": d.reason.value, "detail": d.detail, "gpus": d.gpus,

@@ -320,6 +320,9 @@ def test_sigkill_mid_cycle_and_restart_reach_the_same_end_state(testbed, ns, poo
     _cluster(kube, ns, pool.name, [m.worker_group("a", replicas=1, pool=pool.name, gpus=GPU_RES),
                                    m.worker_group("b", replicas=1, pool=pool.name, gpus=GPU_RES)], ON_5S)
     addr, names = _ready(testbed, core, ns, "rc", 2)
+    wait_for("both Ray workers idle for 6 s (so that one plan takes both)",
+             lambda: sorted(n.instance_id for n in alive_ray_nodes(addr) if n.instance_id in names
+                            and (n.resource_usage.idle_time_ms or 0) > 6000) == names, 60)
     deletions = PodDeletions(core, ns)
     sidecars = []
     try:
