@@ -92,8 +92,9 @@ def render(plain, gang, backend: str) -> str:
         ("tenant-a placement group", plain_cell(pa), gang_cell(a)),
         ("tenant-b placement group", plain_cell(pb), gang_cell(b)),
         ("GPUs held by half-placed gangs", f"{plain.gpus_held_by_partial_gangs_at_deadline} of 64", "0 of 64"),
-        ("GPU-seconds held idle", f"{plain.idle_gpu_s:,.0f} in {plain.duration_s:.0f} s",
-         f"{gang.idle_gpu_s:,.0f} in {gang.duration_s:.0f} s"),
+        ("GPU-seconds held by half-placed gangs", f"{plain.partial_gang_gpu_s:,.0f} in {plain.duration_s:.0f} s",
+         f"{gang.partial_gang_gpu_s:,.0f} in {gang.duration_s:.0f} s"),
+        ("GPU-seconds held idle (incl. Ray start-up)", f"{plain.idle_gpu_s:,.0f}", f"{gang.idle_gpu_s:,.0f}"),
     ]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)

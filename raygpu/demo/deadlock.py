@@ -48,7 +48,8 @@ class RunResult:
     mode: str
     backend: str | None
     duration_s: float = 0.0
-    idle_gpu_s: float = 0.0
+    idle_gpu_s: float = 0.0  # GPUs on bound worker pods whose tenant's placement group is not ready
+    partial_gang_gpu_s: float = 0.0  # the part of it held by gangs with only some of their pods bound
     gpus_held_by_partial_gangs_at_deadline: int = 0
     deadlocked: bool = False
     tenants: dict[str, TenantResult] = field(default_factory=dict)
@@ -58,9 +59,10 @@ class RunResult:
 class _Sampler(threading.Thread):
     """Integrates idle GPUs over time from the real pods and the drivers' ready events."""
 
-    def __init__(self, kube: KubeAdapter, ns: str, result: RunResult, sample_s: float) -> None:
+    def __init__(self, kube: KubeAdapter, ns: str, result: RunResult, sample_s: float, gang_size: int) -> None:
         super().__init__(daemon=True)
         self.kube, self.ns, self.result, self.sample_s = kube, ns, result, sample_s
+        self.gang_size = gang_size
         self.stop = threading.Event()
         self.bound: dict[str, int] = {t: 0 for t in TENANTS}
         self.ready: set[str] = set()
@@ -79,6 +81,8 @@ class _Sampler(threading.Thread):
                 if t not in self.ready:
                     gpus = sum(p.limits.get("nvidia.com/gpu", 0) for p in mine)
                     self.result.idle_gpu_s += gpus * (now - last)
+                    if 0 < len(mine) < self.gang_size:
+                        self.result.partial_gang_gpu_s += gpus * (now - last)
             last = now
             self.stop.wait(self.sample_s)
 
@@ -136,7 +140,7 @@ def run(tb, ns: str, pool: str, mode: str, backend: str | None = None, *, queue:
     addresses = setup_clusters(tb, kube, ns, pool)
     result = RunResult(mode=mode, backend=backend, tenants={t: TenantResult(t) for t in TENANTS})
     tmp = Path(tempfile.mkdtemp(prefix="raygpu-demo-"))
-    sampler = _Sampler(kube, ns, result, sample_s)
+    sampler = _Sampler(kube, ns, result, sample_s, bundles)
     t0, wall0 = time.monotonic(), time.time()
     procs = {t: _driver(addresses[t], mode, t, ns, backend, queue, timeout_s, tmp / f"release-{t}",
                         tb.kubeconfig, bundles) for t in TENANTS}
