@@ -102,28 +102,19 @@ def plan_repair(report: DoctorReport, cluster: RayClusterView, pods: Iterable[K8
         if f.kind is not FindingKind.ORPHAN_POD:
             continue
         pod = mine.get(f.subject[len(prefix):]) if f.subject.startswith(prefix) else None
-        group = cluster.group(pod.ray_group or "") if pod is not None else None
-        if pod is None:
-            skipped.append(RepairSkip(subject=f.subject, reason=f"not a pod of RayCluster {cluster.namespace}/{cluster.name}"))
-        elif pod.is_head:
-            skipped.append(RepairSkip(subject=f.subject, reason="the head pod is never deleted by a repair"))
-        elif group is None:
-            skipped.append(RepairSkip(subject=f.subject, reason=f"RayCluster {cluster.name} has no worker group {pod.ray_group}"))
-        elif pod.deleting or pod.phase != "Running":
-            skipped.append(RepairSkip(subject=f.subject, reason=f"pod is {'being deleted' if pod.deleting else pod.phase}"))
-        elif pod.name in already:
-            skipped.append(RepairSkip(subject=f.subject, reason="already in workersToDelete"))
-        elif group.suspended:
-            skipped.append(RepairSkip(subject=f.subject, reason=f"group {group.group_name} is suspended"))
+        why = _leave_alone(pod, cluster, already)
+        if why is not None:
+            skipped.append(RepairSkip(subject=f.subject, reason=why))
         else:
-            by_group[group.group_name].append(pod.name)
+            by_group[pod.ray_group].append(pod.name)  # type: ignore[union-attr,index]
 
     n = sum(len(v) for v in by_group.values())
     running = sum(1 for p in mine.values() if not p.is_head and p.phase == "Running" and not p.deleting)
     if n > 1 and n > max_orphan_fraction * running:
         why = (f"{n} of {running} Running worker pods look orphaned: more likely the Ray head / GCS than the "
                "pods; not repairing (fix the head, then rerun)")
-        skipped += [RepairSkip(subject=f"{prefix}{p}", reason=why) for g in sorted(by_group) for p in sorted(by_group[g])]
+        skipped += [RepairSkip(subject=f"{prefix}{p}", reason=why)
+                    for g in sorted(by_group) for p in sorted(by_group[g])]
         return RepairPlan(**base, skipped=tuple(skipped))
 
     actions: list[RepairAction] = []
@@ -133,8 +124,9 @@ def plan_repair(report: DoctorReport, cluster: RayClusterView, pods: Iterable[K8
         g = cluster.worker_groups[idx]
         doomed = sorted(by_group[name])
         after = max(g.min_replicas, g.replicas - len(doomed))
-        note = ("replicas is at minReplicas: KubeRay starts a fresh pod in its place" if after > g.replicas - len(doomed)
-                else "the group shrinks by the pods that held GPUs for nothing")
+        at_min = after > g.replicas - len(doomed)
+        note = ("Replicas is at minReplicas: KubeRay starts a fresh pod in its place." if at_min
+                else "The group shrinks by the pods that held GPUs for nothing.")
         actions += [RepairAction(pod=p, group=name, group_index=idx, replicas_before=g.replicas,
                                  replicas_after=after, reason=note) for p in doomed]
         # workersToDelete keeps what is already there; set_workers_to_delete writes the whole scaleStrategy
@@ -143,3 +135,21 @@ def plan_repair(report: DoctorReport, cluster: RayClusterView, pods: Iterable[K8
             ops += set_replicas(idx, after)
     patch = tuple(raycluster_patch(cluster.resource_version, ops)) if ops else None
     return RepairPlan(**base, actions=tuple(actions), skipped=tuple(skipped), patch=patch)
+
+
+def _leave_alone(pod: K8sPodView | None, cluster: RayClusterView, already: set[str]) -> str | None:
+    """Why an orphan pod must not be repaired, or None when it may."""
+    if pod is None:
+        return f"not a pod of RayCluster {cluster.namespace}/{cluster.name}"
+    if pod.is_head:
+        return "the head pod is never deleted by a repair"
+    group = cluster.group(pod.ray_group or "")
+    if group is None:
+        return f"RayCluster {cluster.name} has no worker group {pod.ray_group}"
+    if pod.deleting or pod.phase != "Running":
+        return f"pod is {'being deleted' if pod.deleting else pod.phase}"
+    if pod.name in already:
+        return "already in workersToDelete"
+    if group.suspended:
+        return f"group {group.group_name} is suspended"
+    return None

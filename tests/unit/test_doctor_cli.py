@@ -55,7 +55,8 @@ def report_of(s):
 def test_orphan_goes_to_workers_to_delete_and_replicas_drop_in_one_tested_patch():
     s = orphaned()
     plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s.k8s.pods)
-    assert [(a.pod, a.group, a.replicas_before, a.replicas_after) for a in plan.actions] == [("orphan-0", "gpu-group", 2, 1)]
+    assert [(a.pod, a.group, a.replicas_before, a.replicas_after) for a in plan.actions] == [
+        ("orphan-0", "gpu-group", 2, 1)]
     assert list(plan.patch) == [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
         {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "gpu-group"},
@@ -294,7 +295,8 @@ def test_cli_unreachable_ray_exits_2_with_the_reason(cli):
 
 def test_cli_unreachable_ray_never_repairs(cli):
     obj = rc_obj(annotations={"raygpu.io/reconcile": "repair"})
-    code, out, _, kube = cli(["--cluster", "rc"], orphaned().model_copy(update={"ray": healthy().ray_unreachable().obj().ray}), obj)
+    s = orphaned().model_copy(update={"ray": healthy().ray_unreachable().obj().ray})
+    code, out, _, kube = cli(["--cluster", "rc"], s, obj)
     assert code == 2 and kube.patches == []
 
 
