@@ -89,7 +89,16 @@ class KubeAdapter:
             obj = self._res(*RAYCLUSTER).patch(name=name, namespace=namespace, body=patch,
                                                content_type="application/json-patch+json")
         except Exception as e:  # noqa: BLE001
-            raise _convert(e, f"patch RayCluster {namespace}/{name}") from e
+            err = _convert(e, f"patch RayCluster {namespace}/{name}")
+            # For a custom resource the API server answers a failed ``test`` op
+            # with a bare 422 ("the server rejected our request due to an error
+            # in our request"). If the object moved, that is a conflict.
+            if isinstance(err, PermanentError) and ": 422:" in str(err):
+                now_rv = self.raw_raycluster(namespace, name).get("metadata", {}).get("resourceVersion")
+                if now_rv != patch[0]["value"]:
+                    raise ConflictError(f"patch RayCluster {namespace}/{name}: resourceVersion moved from "
+                                        f"{patch[0]['value']} to {now_rv}") from e
+            raise err from e
         return RayClusterView.from_k8s(obj.to_dict())
 
     # --------------------------------------------------------------- objects

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.errors import ConflictError, PermanentError, RayGpuError
+from raygpu.errors import ConflictError, RayGpuError
 from raygpu.gang.reservation import remove_reservation_group
 from raygpu.model.gc import GcDecision
 from raygpu.model.raycluster import RayClusterView
@@ -59,27 +59,13 @@ class ApplyResult:
 def apply_reclaim(kube: KubeAdapter, plan: ReclaimPlan) -> ApplyResult:
     """Send ``reclaim_patch(plan)``; errors come back as values, never raised.
 
-    A rejected patch is a CONFLICT when the RayCluster's resourceVersion is no
-    longer the plan's: for a custom resource the API server answers a failed
-    ``test`` op with a bare 422 "the server rejected our request due to an
-    error in our request" (no word of the test), which the adapter cannot tell
-    from a malformed patch. Re-reading settles it: the object moved, so the
-    plan is stale whatever the message said. Unmoved, the error is real: FAILED.
+    The adapter reports a failed resourceVersion test as ConflictError (also
+    when a custom resource answers it with a bare 422): the plan is stale.
     """
     try:
         written = kube.patch_raycluster(plan.namespace, plan.cluster, reclaim_patch(plan))
     except ConflictError as e:
         return ApplyResult(ApplyStatus.CONFLICT, error=str(e))
-    except PermanentError as e:
-        if "forbidden" not in str(e):
-            try:
-                now_rv = kube.get_raycluster(plan.namespace, plan.cluster).resource_version
-            except RayGpuError:
-                now_rv = plan.cluster_resource_version
-            if now_rv != plan.cluster_resource_version:
-                return ApplyResult(ApplyStatus.CONFLICT, error=f"RayCluster moved from resourceVersion "
-                                   f"{plan.cluster_resource_version} to {now_rv}: {e}")
-        return ApplyResult(ApplyStatus.FAILED, error=str(e))
     except RayGpuError as e:
         return ApplyResult(ApplyStatus.FAILED, error=str(e))
     return ApplyResult(ApplyStatus.APPLIED, cluster=written)
