@@ -322,9 +322,9 @@ def test_no_plan_without_a_version_or_without_deletions():
 class FakeKube:
     """The KubeAdapter calls the cycle makes, over one RayCluster dict, with API-server semantics."""
 
-    def __init__(self, raw: dict, bare_422: bool = True) -> None:
+    def __init__(self, raw: dict, bare_422: bool = False) -> None:
         self.raw = copy.deepcopy(raw)
-        self.bare_422 = bare_422  # answer a failed test as the API server does for a custom resource
+        self.bare_422 = bare_422  # answer a failed test with a bare 422 (a malformed patch, as the adapter sees it)
         self.patches: list[list[dict]] = []
         self.events: list[tuple[str, str, str]] = []
         self.deleted: list[tuple[str, str]] = []
