@@ -1,0 +1,65 @@
+"""Each benchmark runs with ``--quick --json`` and prints well-formed output (never a speed check)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+OPENB = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"
+
+
+def run(script: str, *extra: str) -> dict:
+    out = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--json", *extra],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def check_machine(result: dict) -> None:
+    assert result["machine"]["cpu_count"] >= 1
+    assert result["machine"]["python"]
+
+
+def test_gang_admission_quick() -> None:
+    if not (OPENB / "openb_node_list_gpu_node.csv").exists():
+        pytest.skip(f"openb trace not found under {OPENB}")
+    result = run("bench_gang_admission.py", "--no-plot")
+    check_machine(result)
+    assert result["benchmark"] == "gang_admission"
+    assert result["cluster"]["nodes"] > 0 and result["cluster"]["gpus"] > 0
+    rows = result["rows"]
+    shares = result["params"]["gang_shares"]
+    assert len(rows) == 3 * len(shares)
+    assert [r["policy"] for r in rows] == ["pods", "raycluster-gang", "raygpu"] * len(shares)
+    for r in rows:
+        assert r["jobs"] == result["params"]["jobs"] > 0
+        assert r["gangs"] > 0
+        for key in ("partial_gpu_h", "deadlock_h", "gang_wait_p50_s", "gang_wait_p95_s", "makespan_h"):
+            assert r[key] >= 0, key
+        assert r["gang_wait_p95_s"] >= r["gang_wait_p50_s"]
+        assert 0 < r["mean_running_gpu_frac"] <= 1
+        assert r["makespan_h"] > 0
+        assert isinstance(r["deadlocks"], int) and r["deadlocks"] >= 0
+    raygpu = [r for r in rows if r["policy"] == "raygpu"]
+    assert all(r["partial_gpu_h"] == 0 and r["deadlocks"] == 0 for r in raygpu)  # all-or-nothing holds nothing
+    assert all(r["plan_gang_calls"] == r["gangs"] for r in raygpu)  # every gang went through plan_gang
+
+
+def test_decision_cost_quick() -> None:
+    result = run("bench_decision_cost.py", "--runs", "1")
+    check_machine(result)
+    assert result["benchmark"] == "decision_cost"
+    rows = result["rows"]
+    assert [r["nodes"] for r in rows] == [50, 100]
+    for r in rows:
+        for key in ("reconcile_ms", "reclaim_ms", "gang_ms", "raygpu_total_ms"):
+            assert r[key] > 0, key
+        assert r["reclaim_deletes"] > 0  # the idle workers were found
+        # Ray's scheduler either ran (a positive time) or says why it did not
+        assert (r["ray_ms"] is not None and r["ray_ms"] > 0 and r["ray_over_raygpu"] > 0) or r["ray_note"]
