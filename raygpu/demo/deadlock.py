@@ -133,7 +133,7 @@ def setup_clusters(tb, kube: KubeAdapter, ns: str, pool: str, annotations: dict[
 
 
 def run(tb, ns: str, pool: str, mode: str, backend: str | None = None, *, queue: str | None = None,
-        bundles: int = 6, timeout_s: float = 120, plain_deadline_s: float = 40, sample_s: float = 0.5,
+        bundles: int = 6, timeout_s: float = 300, plain_deadline_s: float = 40, sample_s: float = 0.5,
         progress: Callable[[str], None] = print) -> RunResult:
     """Run one side of the demo on RayClusters ``tenant-a``/``tenant-b`` already set up in ``ns``."""
     kube = KubeAdapter(str(tb.kubeconfig))
