@@ -29,7 +29,7 @@ from tests.integration.util import alive_ray_nodes, holds_for, pods, ray_address
 REPO = Path(__file__).resolve().parents[2]
 ON_5S = {"raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "5s"}
 GPU_RES = {"nvidia.com/gpu": 8}
-BRIDGE_WAIT_S = 180
+BRIDGE_WAIT_S = 240
 
 
 # ------------------------------------------------------------------ helpers
@@ -315,22 +315,17 @@ def test_a_concurrent_write_between_plan_and_patch_causes_a_replan(testbed, ns, 
 
 def test_sigkill_mid_cycle_and_restart_reach_the_same_end_state(testbed, ns, pool, kube, core, tmp_path):
     """(3) kill -9 between plan and patch, then right after the patch; the third sidecar finds the work
-    done. Each idle worker is deleted exactly once and KubeRay replaces none."""
-    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8"})
-    _cluster(kube, ns, pool.name, [m.worker_group("a", replicas=1, pool=pool.name, gpus=GPU_RES),
-                                   m.worker_group("b", replicas=1, pool=pool.name, gpus=GPU_RES)], ON_5S)
-    addr, names = _ready(testbed, core, ns, "rc", 2)
-    wait_for("both Ray workers idle for 6 s (so that one plan takes both)",
-             lambda: sorted(n.instance_id for n in alive_ray_nodes(addr) if n.instance_id in names
-                            and (n.resource_usage.idle_time_ms or 0) > 6000) == names, 60)
+    done. The idle worker is deleted exactly once and KubeRay replaces it with none."""
+    pool.add({"cpu": "cpu16", "g1": "h100x8"})
+    _cluster(kube, ns, pool.name, [m.worker_group("a", replicas=1, pool=pool.name, gpus=GPU_RES)], ON_5S)
+    addr, names = _ready(testbed, core, ns, "rc", 1)
     deletions = PodDeletions(core, ns)
     sidecars = []
     try:
         # 1. killed while paused between plan and patch: nothing written
         s1 = Sidecar(testbed, ns, "rc", addr, tmp_path / "s1.log", "--debug-pause-before-apply-s", "120")
         sidecars.append(s1)
-        s1.wait("sidecar 1 plans to delete both", lambda: len({r["pod"] for r in s1.records("decision", action="delete")})
-                == 2, 60)
+        s1.wait("sidecar 1 plans to delete the idle worker", lambda: s1.records("decision", action="delete"), 60)
         assert s1.signal(signal.SIGKILL) == -signal.SIGKILL
         assert not s1.records("patch")
         assert _workers(core, ns) == names
@@ -346,7 +341,7 @@ def test_sigkill_mid_cycle_and_restart_reach_the_same_end_state(testbed, ns, poo
         # 3. a fresh sidecar: sees the deletions in flight or done, writes nothing
         s3 = Sidecar(testbed, ns, "rc", addr, tmp_path / "s3.log")
         sidecars.append(s3)
-        wait_for("both workers deleted", lambda: _workers(core, ns) == [], 60, log=testbed.logs / "ray-operator.log")
+        wait_for("the worker deleted", lambda: _workers(core, ns) == [], 60, log=testbed.logs / "ray-operator.log")
         s3.wait("sidecar 3 ran 3 cycles", lambda: len(s3.records("cycle")) >= 3, 30)
         assert not s3.records("patch")
         assert all(r["outcome"] in ("nothing-to-do", "not-synced") for r in s3.records("cycle"))
@@ -354,10 +349,10 @@ def test_sigkill_mid_cycle_and_restart_reach_the_same_end_state(testbed, ns, poo
         assert deletions.counts == {n: 1 for n in names}, deletions.counts
         assert not (deletions.created - set(names)), f"KubeRay created replacements: {deletions.created}"
         groups = _spec_groups(kube, ns)
-        assert (groups["a"]["replicas"], groups["b"]["replicas"]) == (0, 0)
+        assert groups["a"]["replicas"] == 0
         listed = [n for g in groups.values() for n in g["scaleStrategy"]["workersToDelete"]]
         assert sorted(listed) == names  # each once
-        assert len(_events(core, ns, "ScaledDown")) <= 2  # one per group at most, from sidecar 2
+        assert len(_events(core, ns, "ScaledDown")) <= 1  # from sidecar 2, if it lived long enough to write it
         assert s3.signal(signal.SIGTERM) == 0
     finally:
         for s in sidecars:
