@@ -43,7 +43,7 @@ could complete even if every running job finished (only preemption helps).
 Metrics: GPU-hours held by partially placed gangs, deadlock episodes and
 hours, gang wait p50/p95 (arrival to start), GPU allocation over time (plot).
 
-    python benchmarks/bench_gang_admission.py            # 1,213 nodes, 12,000 jobs, 10% and 30% gangs
+    python benchmarks/bench_gang_admission.py            # 1,213 nodes, 6,000 jobs, 20% gangs
     python benchmarks/bench_gang_admission.py --quick    # 152 nodes, 1,200 jobs, 20% gangs
     python benchmarks/bench_gang_admission.py --json
 """
@@ -338,19 +338,19 @@ def plot(samples: dict[str, list[tuple[float, float, float]]], path_name: str, t
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="every 8th node, 1,200 jobs")
-    ap.add_argument("--jobs", type=int, default=None, help="jobs to replay per run (default 12,000; quick 1,200)")
+    ap.add_argument("--jobs", type=int, default=None, help="jobs to replay per run (default 6,000; quick 1,200)")
     ap.add_argument("--load", type=float, default=1.1, help="offered GPU load as a fraction of the cluster")
     ap.add_argument("--give-up-s", type=float, default=3600.0, help="a gang holding pods this long without starting gives up")
     ap.add_argument("--gang-share", type=float, nargs="+", default=None,
-                    help="fraction(s) of jobs drawn from the multi-GPU tasks (default 0.1 0.3; quick 0.2)")
+                    help="fraction(s) of jobs drawn from the multi-GPU tasks (default 0.2)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
     if not need_traces(NODES_CSV, TASKS_CSV):
         return 0
-    n_jobs = args.jobs or (1200 if args.quick else 12_000)
-    shares = args.gang_share or ([0.2] if args.quick else [0.1, 0.3])
+    n_jobs = args.jobs or (1200 if args.quick else 6_000)
+    shares = args.gang_share or ([0.2])
     free = load_cluster(args.quick)
     rows, plots = [], []
     t0 = time.perf_counter()
