@@ -51,6 +51,14 @@ def gang_object_metadata(plan: GangPlan, request: GangRequest, owner_ref: dict[s
     return meta
 
 
+def pod_group(api_version: str, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None,
+              **spec: Any) -> dict[str, Any]:
+    """A PodGroup (scheduler-plugins or Volcano): ``minMember`` = pods, ``minResources`` = their
+    summed requests, plus the backend's own ``spec`` fields."""
+    return {"apiVersion": api_version, "kind": "PodGroup", "metadata": gang_object_metadata(plan, request, owner_ref),
+            "spec": {"minMember": plan.pod_count, "minResources": min_resources(plan), **spec}}
+
+
 class GangBackend(ABC):
     """Builds the Kubernetes side of one reservation. Pure: same inputs, same dicts; no I/O."""
 

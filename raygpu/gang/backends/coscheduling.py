@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from raygpu.gang.backends.base import GangBackend, gang_object_metadata, min_resources
+from raygpu.gang.backends.base import GangBackend, pod_group
 from raygpu.model.gang import Backend, GangPlan, GangRequest
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -32,13 +32,5 @@ class CoschedulingBackend(GangBackend):
 
     def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
         """One PodGroup: minMember = pods, minResources = their summed requests, timeout from the request."""
-        return [{
-            "apiVersion": API_VERSION,
-            "kind": "PodGroup",
-            "metadata": gang_object_metadata(plan, request, owner_ref),
-            "spec": {
-                "minMember": plan.pod_count,
-                "minResources": min_resources(plan),
-                "scheduleTimeoutSeconds": max(1, math.ceil(plan.timeout_s)),
-            },
-        }]
+        return [pod_group(API_VERSION, plan, request, owner_ref,
+                          scheduleTimeoutSeconds=max(1, math.ceil(plan.timeout_s)))]

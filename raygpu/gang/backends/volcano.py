@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raygpu.gang.backends.base import GangBackend, gang_object_metadata, min_resources
+from raygpu.gang.backends.base import GangBackend, pod_group
 from raygpu.model.gang import Backend, GangPlan, GangRequest
 
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -28,13 +28,4 @@ class VolcanoBackend(GangBackend):
 
     def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
         """One PodGroup: minMember = pods, minResources = their summed requests, queue (default "default")."""
-        return [{
-            "apiVersion": API_VERSION,
-            "kind": "PodGroup",
-            "metadata": gang_object_metadata(plan, request, owner_ref),
-            "spec": {
-                "minMember": plan.pod_count,
-                "minResources": min_resources(plan),
-                "queue": plan.queue or DEFAULT_QUEUE,
-            },
-        }]
+        return [pod_group(API_VERSION, plan, request, owner_ref, queue=plan.queue or DEFAULT_QUEUE)]
