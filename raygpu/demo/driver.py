@@ -57,13 +57,13 @@ def main(argv: list[str] | None = None) -> int:
                                         namespace=args.namespace, backend=args.backend, queue=args.queue,
                                         timeout_s=args.timeout_s, name=args.name, kubeconfig=args.kubeconfig,
                                         progress=lambda m: emit("progress", message=m))
-            emit("created", pg=pg.id.hex(), group=pg.plan.reservation_group, plan=pg.plan.reason)
+            emit("created", group=pg.plan.reservation_group, plan=pg.plan.reason)
             ok = pg.wait(args.timeout_s + 5)
             if ok:
                 table = ray.util.placement_group_table(pg.placement_group)
-                emit("ready", pg=pg.id.hex(), bundles_to_node_id=table.get("bundles_to_node_id"))
+                emit("ready", pg=pg.placement_group.id.hex(), bundles_to_node_id=table.get("bundles_to_node_id"))
             else:
-                emit("timeout", pg=pg.id.hex(), error=pg.error, state=pg.state.value)
+                emit("timeout", error=pg.error, state=pg.state.value)
             _wait_release(args.release_file)
             raygpu.remove_placement_group(pg)
         emit("released")

@@ -2,9 +2,10 @@
 
 Flow (one call): plan the pods the bundles need -> reserve them as one
 all-or-nothing gang (state ConfigMap, PodGroup or Kueue group, one tested
-RayCluster patch adding a worker group of exactly those pods) -> create the
-Ray placement group pinned to them with ``bundle_label_selector`` on the Ray
-node label ``raygpu.io/reservation``. A watchdog thread follows the
+RayCluster patch adding a worker group of exactly those pods) -> once the
+reserved pods' Ray nodes have joined, create the Ray placement group pinned
+to them with ``bundle_label_selector`` on the Ray node label
+``raygpu.io/reservation``. A watchdog thread follows the
 reservation (reserved -> admitted -> bound -> ready) and rolls everything back
 if it is not ready within ``timeout_s``. ``remove_placement_group``, the
 context manager, interpreter exit and Ctrl-C all release it; a driver killed
@@ -54,9 +55,10 @@ def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK"
 class GangPlacementGroup:
     """A Ray placement group whose bundles sit on pods reserved for it as one gang."""
 
-    def __init__(self, reservation: Reservation, pg: Any, progress: Callable[[str], None]) -> None:
+    def __init__(self, reservation: Reservation, progress: Callable[[str], None]) -> None:
         self.reservation = reservation
-        self.placement_group = pg
+        self.placement_group: Any = None  # the Ray PG, created once the reserved Ray nodes joined
+        self._pg_created = threading.Event()
         self._progress = progress
         self._stop = threading.Event()
         self._released = False
@@ -76,20 +78,17 @@ class GangPlacementGroup:
     def state(self) -> ReservationState:
         return self.reservation.state
 
-    @property
-    def id(self):
-        return self.placement_group.id
-
-    @property
-    def bundle_specs(self):
-        return self.placement_group.bundle_specs
-
     def ready(self):
         """The Ray ObjectRef that resolves when every bundle is placed (``ray.get(pg.ready())``).
 
-        If the reservation times out it is rolled back and the placement group
-        removed, so the ref raises instead of hanging.
+        Blocks until the Ray placement group exists (it is created once the
+        reserved pods' Ray nodes have joined). Raises PermanentError if the
+        reservation was rolled back first (timeout); after that the ref raises
+        instead of hanging.
         """
+        while not self._pg_created.wait(0.2):
+            if self._done.is_set():
+                raise PermanentError(f"reservation {self.plan.reservation_group} rolled back: {self.error}")
         return self.placement_group.ready()
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -109,6 +108,22 @@ class GangPlacementGroup:
         self._finish(None)
 
     # ------------------------------------------------------------- watchdog
+    def _reserved_ray_nodes(self) -> int:
+        import ray
+        group = self.plan.reservation_group
+        return sum(1 for n in ray.nodes() if n.get("Alive") and (n.get("Labels") or {}).get(LABEL_RESERVATION) == group)
+
+    def _create_ray_pg(self) -> None:
+        """The Ray PG, pinned by ``bundle_label_selector`` to the reserved Ray nodes (all present now:
+        a PG created before its nodes exist can sit PENDING long after they join)."""
+        from ray.util import placement_group as ray_pg
+        req = self.reservation.request
+        selector = {LABEL_RESERVATION: self.plan.reservation_group}
+        self.placement_group = ray_pg([dict(b.resources) for b in req.bundles], strategy=req.strategy.value,
+                                      name=req.name, bundle_label_selector=[dict(selector) for _ in req.bundles])
+        self.reservation.record_placement_group(self.placement_group.id.hex())
+        self._pg_created.set()
+
     def _watch(self) -> None:
         from ray.util.placement_group import placement_group_table
         last_beat = 0.0
@@ -120,7 +135,12 @@ class GangPlacementGroup:
                     rsv.observe()
                     if rsv.state != before:
                         self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
-                if rsv.state == ReservationState.BOUND:
+                if rsv.state == ReservationState.BOUND and self.placement_group is None:
+                    if self._reserved_ray_nodes() >= rsv.plan.pod_count:
+                        self._create_ray_pg()
+                        self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.plan.pod_count} Ray nodes "
+                                       f"joined; placement group created on them")
+                if rsv.state == ReservationState.BOUND and self.placement_group is not None:
                     if placement_group_table(self.placement_group).get("state") == "CREATED":
                         rsv.transition(ReservationState.READY, "all bundles placed on the reserved Ray nodes")
                         self._progress(f"placement group {rsv.request.name} ready on "
@@ -146,10 +166,11 @@ class GangPlacementGroup:
         self._stop.set()
         self.error = failure
         from ray.util import remove_placement_group
-        try:
-            remove_placement_group(self.placement_group)
-        except Exception:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
-            pass
+        if self.placement_group is not None:
+            try:
+                remove_placement_group(self.placement_group)
+            except Exception:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
+                pass
         try:
             self.reservation.release(failed=failure)
         finally:
@@ -169,14 +190,14 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
     Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``.
     ``backend`` (coscheduling|kueue|volcano|none) and ``queue`` default to the
     cluster's ``raygpu.io/gang-backend`` / ``raygpu.io/queue`` annotations.
-    Returns at once; ``ray.get(pg.ready())`` waits for the gang.
+    Returns once the gang is reserved; ``ray.get(pg.ready())`` (or ``pg.wait()``)
+    waits for the pods, their Ray nodes and the placement group on them.
 
     Raises InfeasibleError / PermanentError before anything is created for
     requests that cannot be planned (too big a bundle, unknown strategy,
     backend or cluster, non-positive amounts).
     """
     import ray
-    from ray.util import placement_group as ray_pg
     if not ray.is_initialized():
         raise PermanentError("raygpu.placement_group needs a connected Ray driver: call ray.init(address=...) first")
     say = progress or (lambda m: None)
@@ -184,15 +205,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
     req = _request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=job)
     kube = KubeAdapter(kubeconfig)
     rsv = reserve(kube, req, time.time(), progress=say)
-    try:
-        selector = {LABEL_RESERVATION: rsv.plan.reservation_group}
-        pg = ray_pg([dict(b.resources) for b in req.bundles], strategy=req.strategy.value, name=req.name,
-                    bundle_label_selector=[dict(selector) for _ in req.bundles])
-        rsv.record_placement_group(pg.id.hex())
-    except BaseException as e:
-        rsv.release(failed=f"creating the Ray placement group failed: {e}")
-        raise
-    gpg = GangPlacementGroup(rsv, pg, say)
+    gpg = GangPlacementGroup(rsv, say)
     with _LIVE_LOCK:
         _LIVE.add(gpg)
     return gpg

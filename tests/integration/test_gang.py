@@ -106,7 +106,7 @@ def test_timeout_rolls_everything_back(testbed, ns, cluster):
     assert _leftovers(kube, ns, cluster)["podgroups"], "the PodGroup exists while reserved"
     assert not pg.wait(40)
     assert pg.state.value == "rolled_back" and "timeout" in (pg.error or "")
-    with pytest.raises(ray.exceptions.RayError):
+    with pytest.raises((ray.exceptions.RayError, raygpu.RayGpuError)):
         ray.get(pg.ready(), timeout=30)
     left = wait_for("nothing left after the timeout", lambda: _nothing_left(kube, ns, cluster) or None, 60)
     assert left is not None

@@ -18,6 +18,9 @@ from raygpu.model.gang import Backend, GangPlan, GangRequest
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# A gang is not retried pod by pod: when its pods go (release or failure) the
+# Workload finishes and its quota is freed at once (Kueue's isUnretriableGroup).
+RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 
 
 class KueueBackend(GangBackend):
@@ -31,6 +34,7 @@ class KueueBackend(GangBackend):
         template["metadata"]["labels"][QUEUE_NAME_LABEL] = queue
         template["metadata"]["labels"][POD_GROUP_NAME_LABEL] = plan.gang_name
         template["metadata"]["annotations"][POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(plan.pod_count)
+        template["metadata"]["annotations"][RETRIABLE_IN_GROUP_ANNOTATION] = "false"
 
     def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
         return []
