@@ -241,4 +241,13 @@ def teardown(tb, ns: str) -> None:
         except Exception:  # noqa: BLE001
             pass
     kube = KubeAdapter(str(tb.kubeconfig))
-    wait_for("tenant pods gone", lambda: not kube.ray_pods(ns), 120)
+    try:
+        wait_for("tenant pods gone", lambda: not kube.ray_pods(ns), 120)
+    except Exception:  # noqa: BLE001 - see below
+        # Pods of a Kueue pod group keep Kueue's finalizer until Kueue finishes
+        # the group; a deleted pod still held by it after 2 minutes is released
+        # here so that the next run starts from an empty namespace.
+        for p in kube.ray_pods(ns):
+            if p.deleting:
+                kube.core.patch_namespaced_pod(p.name, ns, {"metadata": {"finalizers": None}})
+        wait_for("tenant pods gone", lambda: not kube.ray_pods(ns), 60)

@@ -37,8 +37,8 @@ def test_raygpu_gang_per_placement_group_avoids_the_deadlock(testbed, ns, eight_
         queue = "gpus"
     try:
         r = deadlock.run(testbed, ns, eight_nodes.name, "raygpu", backend, queue=queue, timeout_s=300)
-        deadlock.teardown(testbed, ns)
     finally:
+        deadlock.teardown(testbed, ns)
         if backend == "kueue":
             kube.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue").delete(name=f"cq-{ns}")
     print(f"\nraygpu/{backend}: idle GPU-seconds {r.idle_gpu_s:.0f} (half-placed gangs: {r.partial_gang_gpu_s:.0f}) "
