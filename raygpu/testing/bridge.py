@@ -172,6 +172,8 @@ class Bridge:
             hook = (md.get("annotations") or {}).get(TESTBED_RAY_ANNOTATION)
             if md["uid"] in self.procs and hook == "keep":
                 self.procs[md["uid"]].keep = True
+            if md.get("deletionTimestamp") and md.get("finalizers") and st.get("phase") == "Running":
+                self._terminate(p)
             if md.get("deletionTimestamp") or st.get("phase") != "Running" or not p["spec"].get("nodeName"):
                 continue
             if hook == "stopped":
@@ -194,6 +196,16 @@ class Bridge:
         for p in sorted(wanted.values(), key=lambda p: (p["metadata"]["labels"].get("ray.io/node-type") != "head")):
             if p["metadata"]["uid"] not in self.procs and self._start(p):
                 return
+
+    def _terminate(self, pod: dict[str, Any]) -> None:
+        """A deleted pod that a finalizer keeps (Kueue's): as the kubelet does, report it Failed once its
+        containers (here: its Ray node) are gone, so the finalizer's owner can finish it."""
+        md = pod["metadata"]
+        try:
+            self.api.patch_namespaced_pod_status(md["name"], md["namespace"], {"status": {
+                "phase": "Failed", "reason": "Terminated", "message": "deleted; Ray node stopped by the testbed bridge"}})
+        except Exception:  # noqa: BLE001 - next pass
+            log.exception("could not mark pod %s/%s Failed", md["namespace"], md["name"])
 
     # ------------------------------------------------------------ actions
     def _start(self, pod: dict[str, Any]) -> bool:
