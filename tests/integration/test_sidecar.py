@@ -234,8 +234,11 @@ def test_idle_workers_go_bundle_holders_and_pending_pg_needs_stay(testbed, ns, p
         needed = [p for p in _workers(core, ns, "gpu") if p != holder]
         assert [reasons[p] for p in needed] == ["NeededByPendingPG"], reasons
         holds_for("both GPU workers stay", lambda: len(_workers(core, ns, "gpu")) == 2, 6)
-        assert all(side.records("decision", pod=p)[-1]["reason"] in ("HoldsBundle", "NeededByPendingPG")
-                   for p in [holder, *needed])
+        # no verdict on them was ever a delete; decisions are logged when they change, and a transient
+        # keep for another reason (Ray view unreadable for a cycle under load, idle clock reset) is fine
+        history = {p: [(r["action"], r["reason"]) for r in side.records("decision", pod=p)] for p in [holder, *needed]}
+        assert all(a == "keep" for h in history.values() for a, _ in h), history
+        assert all(any(r in ("HoldsBundle", "NeededByPendingPG") for _, r in h) for h in history.values()), history
 
         # a third GPU worker arrives (as the autoscaler or a gang reservation would add it): the PG fits now
         _merge_patch(kube, ns, {"spec": {"workerGroupSpecs": [
