@@ -208,6 +208,7 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         limits=_sum_resources(containers, "limits"),
         tolerations=tuple(Toleration(**{k: t.get(k) for k in ("key", "value", "effect") if t.get(k) is not None},
                                      operator=t.get("operator", "Equal")) for t in spec.get("tolerations") or []),
+        node_selector=dict(spec.get("nodeSelector") or {}),
         created_at_s=_ts(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
         ray_start_num_gpus=num_gpus)

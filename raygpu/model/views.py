@@ -116,6 +116,7 @@ class K8sPodView(_Frozen):
     requests: dict[str, float] = Field(default_factory=dict)  # summed over containers
     limits: dict[str, float] = Field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    node_selector: dict[str, str] = Field(default_factory=dict)  # spec.nodeSelector
     created_at_s: float = 0.0
     ray_cluster: str | None = None  # label ray.io/cluster
     ray_group: str | None = None  # label ray.io/group

@@ -276,6 +276,10 @@ def _untolerated(node: K8sNodeView, tolerations: tuple[Toleration, ...]) -> list
     ]
 
 
+def _selector(pod: K8sPodView) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
+
+
 def check_taints(ix: SnapshotIndex) -> list[Finding]:
     """Pending GPU pods of a Ray group, and every node with that GPU resource taints them away."""
     pending: dict[tuple[str, str], list[K8sPodView]] = defaultdict(list)
@@ -286,9 +290,10 @@ def check_taints(ix: SnapshotIndex) -> list[Finding]:
     for (cluster, group), pods in sorted(pending.items()):
         pod = pods[0]  # pods of a group share the template's tolerations
         wanted = set(ix.pod_gpus(pod))
-        gpu_nodes = [n for n in ix.snapshot.k8s.nodes if any(n.capacity.get(r, 0.0) > 0 for r in wanted)]
+        gpu_nodes = [n for n in ix.snapshot.k8s.nodes if any(n.capacity.get(r, 0.0) > 0 for r in wanted)
+                     and all(n.labels.get(k) == v for k, v in pod.node_selector.items())]
         if not gpu_nodes:
-            continue  # no node has the resource: a capacity problem, not a taint one
+            continue  # no node has the resource (or matches the selector): a capacity problem, not a taint one
         blocked = [(n, _untolerated(n, pod.tolerations)) for n in gpu_nodes]
         if not all(taints for _, taints in blocked):
             continue
@@ -307,7 +312,9 @@ def check_taints(ix: SnapshotIndex) -> list[Finding]:
                 subject=f"group/{cluster}/{group}",
                 message=(
                     f"{len(pods)} pod(s) of group {group} are Pending and every one of the {len(gpu_nodes)} nodes "
-                    f"with {', '.join(sorted(wanted))} has a taint they do not tolerate"
+                    f"with {', '.join(sorted(wanted))}"
+                    + (f" matching nodeSelector {_selector(pod)}" if pod.node_selector else "")
+                    + " has a taint they do not tolerate"
                 ),
                 evidence=Evidence(
                     pod=ix.pod_gpu_units(pod),

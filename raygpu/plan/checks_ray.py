@@ -8,6 +8,8 @@ share that Ray counts as ``GPU`` is a shape mismatch.
 
 from __future__ import annotations
 
+import re
+
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, Severity
 from raygpu.model.shapes import GpuKind, ray_gpu_count_from_limits
 from raygpu.model.views import K8sPodView, RayNodeView
@@ -202,6 +204,10 @@ def _slice_counted_whole(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView, gp
         why = f"a MIG slice (NVML: {', '.join(profiles) or 'MIG mode on'})"
     if why is None:
         return None
-    acknowledged = [k for k in rn.total if k != "GPU" and ("mig" in k.lower() or "share" in k.lower())]
-    acknowledged += [k for k, v in rn.labels.items() if "mig" in v.lower() or "mig" in k.lower()]
-    return None if acknowledged else why
+    names = [k for k in rn.total if k != "GPU"] + [t for kv in rn.labels.items() for t in kv]
+    return None if any(_NAMES_SLICE.search(t.lower()) for t in names) else why
+
+
+# A Ray resource or label that names a slice or share: "mig", "mig-3g.40gb", "3g.40gb", "gpu.shared", "mps",
+# "time-sliced" as a word; not a word that merely contains them ("migration", "sharepoint-team").
+_NAMES_SLICE = re.compile(r"(?<![a-z])(mig|mps|shared?|time-?slic(e|ed|ing))(?![a-z])|\d+g\.\d+gb")

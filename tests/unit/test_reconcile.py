@@ -33,6 +33,10 @@ CASES = [
     ("DRA node without extended resource", snap().gpu_node("n1", 0).resource_slice("n1", 8), []),
     ("taint tolerated", snap().gpu_node("n1", taints=(("nvidia.com/gpu", "NoSchedule"),)).ray_pod("p1", gpus=8, tolerations=(tol("nvidia.com/gpu"),)), []),
     ("one of two GPU nodes untainted", snap().gpu_node("n1", taints=(("dedicated", "NoSchedule"),)).gpu_node("n2").ray_pod("p1", gpus=8), []),
+    ("selected node untainted, another tainted", snap().gpu_node("n1", labels={"pool": "a"}).gpu_node("n2", labels={"pool": "b"}, taints=(("k", "NoSchedule"),)).ray_pod("p1", gpus=8, node_selector={"pool": "a"}), []),
+    ("selector matches no GPU node: capacity, not taints", snap().gpu_node("n1", taints=(("k", "NoSchedule"),)).ray_pod("p1", gpus=8, node_selector={"pool": "z"}), []),
+    ("Ray label 'migration' is not a MIG name", snap().gpu_node("n1").ray_pod("p1", "n1", 1).ray_node("r1", "p1", 1, labels={"team": "migration"}).nvml("r1", 1, mig=("7g.80gb",)), ["mig-share-mismatch@ray-config pod/default/p1"]),
+    ("MIG slice Ray labels by profile", snap().gpu_node("n1", 2, resource=MIG, labels=MIXED).ray_pod("p1", "n1", 2, resource=MIG).ray_node("r1", "p1", 2, labels={"gpu-shape": "3g.40gb"}), []),
     ("PreferNoSchedule does not block", snap().gpu_node("n1", taints=(("dedicated", "PreferNoSchedule"),)).ray_pod("p1", gpus=8), []),
     ("CPU pod on GPU node without NVML", snap().gpu_node("n1").ray_pod("p1", "n1").ray_node("r1", "p1").nvml("r1", unavailable="NVML Shared Library Not Found"), []),
     # --- kernel driver
@@ -54,6 +58,7 @@ CASES = [
     ("capacity 8, allocatable 0, plugin ready", snap().gpu_node("n1", allocatable=0), ["zero-allocatable@kubelet node/n1"]),
     ("every GPU node tainted", snap().gpu_node("n1", taints=(("nvidia.com/gpu", "NoSchedule"),)).gpu_node("n2", taints=(("x", "NoExecute"),)).ray_pod("p1", gpus=8), ["tainted-gpu-nodes@kubelet group/rc/gpu-group"]),
     ("only GPU node cordoned", snap().gpu_node("n1", unschedulable=True).ray_pod("p1", gpus=8).ray_pod("p2", gpus=8), ["tainted-gpu-nodes@kubelet group/rc/gpu-group"]),
+    ("every node the selector picks is tainted", snap().gpu_node("n1", labels={"pool": "a"}, taints=(("k", "NoSchedule"),)).gpu_node("n2", labels={"pool": "b"}).ray_pod("p1", gpus=8, node_selector={"pool": "a"}), ["tainted-gpu-nodes@kubelet group/rc/gpu-group"]),
     ("toleration for another effect", snap().gpu_node("n1", taints=(("k", "NoExecute"),)).ray_pod("p1", gpus=8, tolerations=(tol("k", "NoSchedule"),)), ["tainted-gpu-nodes@kubelet group/rc/gpu-group"]),
     # --- Ray
     ("phantom: num-gpus 8 on a 4-GPU pod", snap().gpu_node("n1").ray_pod("p1", "n1", 4, num_gpus=8).ray_node("r1", "p1", 8), ["phantom-gpus@ray-config pod/default/p1"]),
