@@ -100,8 +100,15 @@ class Reservation:
             if self.state == ReservationState.RELEASED:
                 return
             self.transition(ReservationState.FAILED, failed)
-        remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster, self.plan.reservation_group)
+        group = remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster,
+                                         self.plan.reservation_group)
         api, kind, name, ns = self.state_object
+        if group == GROUP_DRAINING:
+            # pods outlived the drain wait: keep the zero-replica group and the state object (now terminal),
+            # so the sidecar's garbage collection removes both once KubeRay has deleted the pods
+            final = ReservationState.ROLLED_BACK if self.state == ReservationState.FAILED else ReservationState.RELEASED
+            self.transition(final, "pods still terminating; the sidecar removes the group when they are gone")
+            return
         self.kube.delete(api, kind, name, ns)  # PodGroups are owned by it: the GC deletes them
         for obj in get_backend(self.plan.backend).gang_objects(self.plan, self.request, None):
             self.kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], self.plan.namespace)
@@ -111,16 +118,22 @@ class Reservation:
             self.history.append(final.value)
 
 
+GROUP_ABSENT, GROUP_DRAINING, GROUP_REMOVED = "absent", "draining", "removed"
+
+
 def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, group: str,
-                             drain_timeout_s: float = 60.0) -> bool:
+                             drain_timeout_s: float = 60.0) -> str:
     """Take worker group ``group`` out of the RayCluster, its pods first; re-read on every conflict.
 
     KubeRay never deletes the pods of a group that left the spec, so this
     (1) scales the group to zero with its pods listed in ``workersToDelete``
-    (KubeRay deletes them), (2) waits up to ``drain_timeout_s`` for them to go,
-    (3) removes the group. Each write is a JSON patch that tests the
-    resourceVersion and the group's name first. Returns False when the group
-    (or the cluster) is already gone.
+    (KubeRay deletes them), (2) waits up to ``drain_timeout_s`` (0: just looks)
+    for them to go, (3) removes the group once they have. Each write is a JSON
+    patch that tests the resourceVersion and the group's name first. Returns
+    ``"removed"``; ``"absent"`` when the group (or the cluster) was already
+    gone; ``"draining"`` when pods are still there at the deadline: the group
+    stays, at zero replicas, so that no pod is left without an owner group,
+    and calling again later finishes the job.
     """
     def patch(build) -> bool:
         for _ in range(MAX_REPLANS):
@@ -149,17 +162,19 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
     def scale_to_zero(idx: int, view) -> list[dict]:
         g = view.worker_groups[idx]
         pods = live_pods()
-        if g.replicas == 0 and g.min_replicas == 0 and not pods:
-            return []
+        if g.replicas == 0 and g.min_replicas == 0 and set(pods) <= set(g.workers_to_delete):
+            return []  # already scaled to zero with every pod listed: nothing to write
         return [*set_replicas(idx, 0, group),
                 {"op": "add", "path": f"/spec/workerGroupSpecs/{idx}/minReplicas", "value": 0},
                 *set_workers_to_delete(idx, pods)]
     if not patch(scale_to_zero):
-        return False
+        return GROUP_ABSENT
     deadline = time.monotonic() + drain_timeout_s
-    while any(True for p in kube.ray_pods(namespace, cluster) if p.ray_group == group) and time.monotonic() < deadline:
+    while any(True for p in kube.ray_pods(namespace, cluster) if p.ray_group == group):
+        if time.monotonic() >= deadline:
+            return GROUP_DRAINING
         time.sleep(0.5)
-    return patch(lambda idx, view: remove_worker_group(idx, group))
+    return GROUP_REMOVED if patch(lambda idx, view: remove_worker_group(idx, group)) else GROUP_ABSENT
 
 
 def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
@@ -242,4 +257,4 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["Reservation", "reserve", "remove_reservation_group", "list_reservations", "load_plan", "json"]
+__all__ = ["Reservation", "reserve", "remove_reservation_group", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]

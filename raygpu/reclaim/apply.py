@@ -18,7 +18,7 @@ from enum import Enum
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, RayGpuError
-from raygpu.gang.reservation import remove_reservation_group
+from raygpu.gang.reservation import GROUP_DRAINING, remove_reservation_group
 from raygpu.model.gc import GcDecision
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPlan
@@ -71,13 +71,18 @@ def apply_reclaim(kube: KubeAdapter, plan: ReclaimPlan) -> ApplyResult:
     return ApplyResult(ApplyStatus.APPLIED, cluster=written)
 
 
-def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> tuple[bool, bool]:
-    """Release one reservation: remove its worker group, delete its state ConfigMap. Idempotent.
+def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> tuple[str, bool]:
+    """One step of releasing a reservation, never blocking on pods. Idempotent.
 
-    The backend's gang objects (PodGroups) are owned by the ConfigMap, so the
-    Kubernetes garbage collector deletes them. Returns (group removed, ConfigMap
-    deleted), False where it was already gone. Raises RayGpuError on failure.
+    Scales its worker group to zero (KubeRay deletes the pods); once no pod is
+    left, removes the group and deletes the state ConfigMap. The backend's gang
+    objects (PodGroups) are owned by the ConfigMap, so the Kubernetes garbage
+    collector deletes them. Returns (group outcome: ``"removed"``, ``"absent"``
+    or ``"draining"``, ConfigMap deleted); while draining, the ConfigMap stays
+    so the next cycle's plan releases it again and finishes. Raises RayGpuError
+    on failure.
     """
-    group_removed = remove_reservation_group(kube, namespace, cluster, decision.group)
-    cm_deleted = kube.delete("v1", "ConfigMap", decision.reservation, namespace)
-    return group_removed, cm_deleted
+    group = remove_reservation_group(kube, namespace, cluster, decision.group, drain_timeout_s=0)
+    if group == GROUP_DRAINING:
+        return group, False
+    return group, kube.delete("v1", "ConfigMap", decision.reservation, namespace)

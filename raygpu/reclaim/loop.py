@@ -19,7 +19,10 @@ One cycle, in order:
    On success the written RayCluster is assumed into the cache and a
    ``ScaledDown`` Event per group lists the pods and why.
 7. Garbage collection (mode ``on``): release each reservation of ``plan_gc``
-   with the gang module's release code.
+   with the gang module's release code, one step per cycle and never waiting:
+   scale its group to zero, and once its pods are gone (a later cycle, as
+   ``plan_gc`` still says release while the state ConfigMap exists) remove the
+   group and the ConfigMap.
 
 ``cycle`` never raises: every failure is a ``CycleOutcome`` and a log line,
 and the next cycle starts from a new snapshot.
@@ -43,6 +46,7 @@ from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, Recla
 from raygpu.model.views import K8sView, RayView, Snapshot
 from raygpu.plan.gc import plan_gc
 from raygpu.plan.reclaim import plan_reclaim
+from raygpu.gang.reservation import GROUP_DRAINING, GROUP_REMOVED
 from raygpu.reclaim.apply import ApplyStatus, apply_reclaim, release_reservation
 from raygpu.reclaim.cache import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
@@ -114,6 +118,7 @@ class Reclaimer:
         self._seen_problems: set[tuple[str, str]] = set()
         self._last_decisions: dict[str, tuple[str, str]] = {}
         self._last_gc: dict[str, str] = {}
+        self._draining: set[str] = set()  # reservations whose group is scaled to zero, pods still going
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
 
@@ -228,12 +233,20 @@ class Reclaimer:
         released = []
         for d in gc.to_release:
             try:
-                group_removed, cm_deleted = release_reservation(self.kube, cluster.namespace, cluster.name, d)
+                group_state, cm_deleted = release_reservation(self.kube, cluster.namespace, cluster.name, d)
             except RayGpuError as e:
                 report.errors.append(f"release {d.reservation}: {e}")
                 log.warning("release-failed", extra={"fields": self._ids({"reservation": d.reservation,
                                                                           "error": str(e)})})
                 continue
+            if group_state == GROUP_DRAINING:  # never block a cycle: the next one finishes it
+                if d.reservation not in self._draining:
+                    self._draining.add(d.reservation)
+                    log.info("draining", extra={"fields": self._ids({
+                        "reservation": d.reservation, "group": d.group, "reason": d.reason.value})})
+                continue
+            self._draining.discard(d.reservation)
+            group_removed = group_state == GROUP_REMOVED
             log.info("released" if group_removed or cm_deleted else "already-released", extra={"fields": self._ids({
                 "reservation": d.reservation, "group": d.group, "reason": d.reason.value, "detail": d.detail,
                 "group_removed": group_removed, "configmap_deleted": cm_deleted})})

@@ -329,13 +329,14 @@ class FakeKube:
         self.events: list[tuple[str, str, str]] = []
         self.deleted: list[tuple[str, str]] = []
         self.configmaps: set[str] = set()
+        self.extra_pods: list[K8sPodView] = []
 
     def bump(self, mutate) -> None:
         mutate(self.raw)
         self.raw["metadata"]["resourceVersion"] = str(int(self.raw["metadata"]["resourceVersion"]) + 1)
 
     def ray_pods(self, namespace, cluster=None):
-        return list(PODS)
+        return list(PODS) + list(self.extra_pods)
 
     def get_raycluster(self, namespace, name):
         return RayClusterView.from_k8s(self.raw)
@@ -514,6 +515,33 @@ def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
     rep2 = r.cycle()  # the cache still shows it: releasing again is a no-op, counted and evented once
     assert rep2.released == () and [e[0] for e in kube.events] == ["ReservationReleased"]
     assert counter(r, "raygpu_gc_reservations_released_total", reason="PlacementGroupGone") == 1
+
+
+def test_gc_never_blocks_a_cycle_on_a_draining_group():
+    """Pods of the released group still there: scale to zero and move on; a later cycle removes the group."""
+    raw = copy.deepcopy(RECORDED)
+    raw["spec"]["workerGroupSpecs"].append({**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]),
+                                            "groupName": "rg-train", "replicas": 1, "minReplicas": 1})
+    kube = FakeKube(raw)
+    kube.configmaps = {"rc-rg-train"}
+    kube.extra_pods = [pod("rc-rg-train-worker-z", "rg-train", "k5")]
+    dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="released",
+                             heartbeat_at_s=NOW_S - 5)
+    r = reclaimer(kube, FakeCache(kube, [dead]), ray=ray_view({}))
+    t0 = time.monotonic()
+    rep = r.cycle()
+    assert time.monotonic() - t0 < 5  # one look at the pods, no drain wait
+    group = {g["groupName"]: g for g in kube.raw["spec"]["workerGroupSpecs"]}["rg-train"]
+    assert group["replicas"] == 0 and group["minReplicas"] == 0
+    assert group["scaleStrategy"]["workersToDelete"] == ["rc-rg-train-worker-z"]
+    assert rep.released == () and kube.configmaps == {"rc-rg-train"} and kube.events == []
+    rep = r.cycle()  # still draining: the same patch is not written again
+    assert rep.released == () and len(kube.patches) == 1
+    kube.extra_pods = []  # KubeRay deleted the pod
+    rep = r.cycle()
+    assert rep.released == ("rc-rg-train",) and kube.configmaps == set()
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
+    assert [e[0] for e in kube.events] == ["ReservationReleased"]
 
 
 def test_dry_run_releases_nothing():
