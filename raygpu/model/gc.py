@@ -93,6 +93,7 @@ class GcReason(str, Enum):
     OWNER_JOB_DEAD = "OwnerJobDead"  # Ray's job table says its driver's job is dead
     HEARTBEAT_LOST = "HeartbeatLost"  # no heartbeat for longer than the timeout (driver killed)
     DEADLINE_MISSED = "DeadlineMissed"  # not ready long after its deadline (the watchdog never rolled back)
+    STATE_LOST = "StateLost"  # a reservation worker group (rg-*) whose state ConfigMap is gone, for longer than the timeout
     LIVE = "Live"  # the one keep reason
 
 

@@ -14,6 +14,12 @@ between calls. A reservation is released, first rule that applies:
 6. it is still not ``ready`` ``heartbeat_timeout_s`` after its deadline (the
    driver's watchdog should have rolled it back by then).
 
+Besides the state objects, ``orphan_groups`` names reservation worker groups
+(``rg-*``) of the RayCluster that have no state object, with when the caller
+first saw them so: one orphaned for more than ``heartbeat_timeout_s`` is
+released too (``StateLost``). The wait covers a watch cache that shows a new
+group before its ConfigMap (the driver creates the ConfigMap first).
+
 Everything else is live. The caller must read the reservations *before* Ray's
 view: a PG id recorded on a ConfigMap is then always older than the PG table it
 is checked against, so a PG created a moment ago is never taken for gone.
@@ -32,19 +38,37 @@ _TERMINAL = {ReservationState.RELEASED.value, ReservationState.ROLLED_BACK.value
 
 def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s: float, *,
             jobs: Mapping[str, bool] | None = None,
-            heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S) -> GcPlan:
+            heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+            orphan_groups: Mapping[str, tuple[str, float]] | None = None) -> GcPlan:
     """Decide, for each reservation, keep or release (with the first reason that applies).
 
     ``jobs`` maps Ray job id (hex) -> alive; None when the job table could not be
-    read (rule 4 is skipped). Never raises on odd input: an unknown state or a
-    missing annotation only skips the rules that need it.
+    read (rule 4 is skipped). ``orphan_groups`` maps a reservation group without
+    a state object -> (the state object's expected name, first seen orphaned at).
+    Never raises on odd input: an unknown state or a missing annotation only
+    skips the rules that need it.
     """
+    reservations = list(reservations)
     pgs = {pg.pg_id: pg for pg in ray_view.placement_groups}
     decisions = []
-    for r in sorted(reservations, key=lambda r: r.name):
+    for r in reservations:
         reason, detail = _verdict(r, ray_view, pgs, jobs, now_s, heartbeat_timeout_s)
         action = GcAction.KEEP if reason is GcReason.LIVE else GcAction.RELEASE
         decisions.append(GcDecision(reservation=r.name, group=r.group, action=action, reason=reason, detail=detail))
+    known = {r.group for r in reservations}
+    for group, (name, since_s) in (orphan_groups or {}).items():
+        if group in known:
+            continue
+        lost_s = now_s - since_s
+        if lost_s > heartbeat_timeout_s:
+            decisions.append(GcDecision(reservation=name, group=group, action=GcAction.RELEASE,
+                                        reason=GcReason.STATE_LOST, detail=f"worker group {group} has had no state "
+                                        f"object ({name}) for {lost_s:.0f}s > {heartbeat_timeout_s:.0f}s"))
+        else:
+            decisions.append(GcDecision(reservation=name, group=group, action=GcAction.KEEP, reason=GcReason.LIVE,
+                                        detail=f"no state object {name} for {lost_s:.0f}s: waiting "
+                                        f"{heartbeat_timeout_s:.0f}s before taking it for lost"))
+    decisions.sort(key=lambda d: d.reservation)
     return GcPlan(planned_at_s=now_s, decisions=tuple(decisions),
                   to_release=tuple(d for d in decisions if d.action is GcAction.RELEASE),
                   reservation_groups=frozenset(d.group for d in decisions))

@@ -42,11 +42,12 @@ from raygpu.errors import RayGpuError, TransientError
 from raygpu.model.annotations import KEY_RECLAIM, parse_cluster_policy
 from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcPlan
 from raygpu.model.raycluster import RayClusterView
-from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
+from raygpu.gang.reservation import GROUP_DRAINING, GROUP_REMOVED
+from raygpu.model.reclaim import RESERVATION_GROUP_PREFIX, DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import K8sView, RayView, Snapshot
+from raygpu.plan.gang import dns_label
 from raygpu.plan.gc import plan_gc
 from raygpu.plan.reclaim import plan_reclaim
-from raygpu.gang.reservation import GROUP_DRAINING, GROUP_REMOVED
 from raygpu.reclaim.apply import ApplyStatus, apply_reclaim, release_reservation
 from raygpu.reclaim.cache import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
@@ -118,7 +119,8 @@ class Reclaimer:
         self._seen_problems: set[tuple[str, str]] = set()
         self._last_decisions: dict[str, tuple[str, str]] = {}
         self._last_gc: dict[str, str] = {}
-        self._draining: set[str] = set()  # reservations whose group is scaled to zero, pods still going
+        self._draining: set[str] = set()
+        self._orphan_since: dict[str, float] = {}  # reservation group without a state ConfigMap -> first seen  # reservations whose group is scaled to zero, pods still going
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
 
@@ -184,7 +186,8 @@ class Reclaimer:
         jobs = self.read_jobs(cfg.ray_address) if ray.reachable else None
 
         # 4. Plans.
-        gc = plan_gc(view.reservations, ray, now_s, jobs=jobs, heartbeat_timeout_s=cfg.heartbeat_timeout_s)
+        gc = plan_gc(view.reservations, ray, now_s, jobs=jobs, heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                     orphan_groups=self._orphan_groups(cluster, view.reservations, now_s))
         policy = policy.model_copy(update={"live_reservations": gc.reservation_groups})
         snapshot = Snapshot(taken_at_s=now_s, cluster=cluster.name, namespace=cluster.namespace, ray=ray,
                             k8s=K8sView(pods=view.pods))
@@ -261,6 +264,14 @@ class Reclaimer:
         if report.errors and report.outcome is CycleOutcome.IDLE:
             report.outcome, report.error = CycleOutcome.ERROR, "; ".join(report.errors)
         return report
+
+    def _orphan_groups(self, cluster: RayClusterView, reservations, now_s: float) -> dict[str, tuple[str, float]]:
+        """Reservation groups (rg-*) in the spec without a state ConfigMap, with when first seen so."""
+        known = {r.group for r in reservations}
+        now = {g.group_name for g in cluster.worker_groups
+               if g.group_name.startswith(RESERVATION_GROUP_PREFIX) and g.group_name not in known}
+        self._orphan_since = {g: self._orphan_since.get(g, now_s) for g in now}
+        return {g: (dns_label(f"{cluster.name}-{g}"), t) for g, t in self._orphan_since.items()}
 
     def _policy(self, cluster: RayClusterView) -> tuple[ReclaimMode, ReclaimPolicy]:
         cp, problems = parse_cluster_policy(cluster.annotations)

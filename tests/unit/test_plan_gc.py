@@ -77,6 +77,17 @@ def test_every_reservation_group_is_left_to_gc_released_or_not():
     assert [d.reservation for d in plan.to_release] == ["b", "c"]
 
 
+def test_a_reservation_group_without_state_is_released_after_the_timeout():
+    orphans = {"rg-lost": ("rc-rg-lost", NOW_S - 61), "rg-new": ("rc-rg-new", NOW_S - 5), "rg-a": ("rc-rg-a", 0.0)}
+    plan = plan_gc([rsv("a")], ray(), NOW_S, orphan_groups=orphans)
+    by_group = {d.group: d for d in plan.decisions}
+    assert by_group["rg-lost"].reason is G.STATE_LOST and by_group["rg-lost"].reservation == "rc-rg-lost"
+    assert by_group["rg-new"].reason is G.LIVE  # the watch may show a new group before its ConfigMap
+    assert by_group["rg-a"].reservation == "a"  # it has a state object: judged by it, not as an orphan
+    assert [d.group for d in plan.to_release] == ["rg-lost"]
+    assert plan.reservation_groups == {"rg-a", "rg-lost", "rg-new"}  # the reclaimer leaves all three to the GC
+
+
 def test_pure_and_sorted():
     rs = [rsv("z", beat_ago_s=999), rsv("a")]
     assert plan_gc(rs, ray(), NOW_S) == plan_gc(list(reversed(rs)), ray(), NOW_S)

@@ -544,6 +544,23 @@ def test_gc_never_blocks_a_cycle_on_a_draining_group():
     assert [e[0] for e in kube.events] == ["ReservationReleased"]
 
 
+def test_gc_removes_a_reservation_group_whose_state_configmap_is_gone():
+    raw = copy.deepcopy(RECORDED)
+    raw["spec"]["workerGroupSpecs"].append({**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]),
+                                            "groupName": "rg-lost", "replicas": 0, "minReplicas": 0})
+    kube = FakeKube(raw)
+    now = [NOW_S]
+    r = reclaimer(kube, FakeCache(kube, []), ray=ray_view({}))
+    r.clock = lambda: now[0]
+    assert r.cycle().released == ()  # first seen without its ConfigMap: wait, it may be in flight
+    assert "rg-lost" in [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]]
+    now[0] += 61
+    rep = r.cycle()
+    assert rep.released == ("rc-rg-lost",), rep
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
+    assert [e[0] for e in kube.events] == ["ReservationReleased"] and "StateLost" in kube.events[0][2]
+
+
 def test_dry_run_releases_nothing():
     kube = FakeKube(RECORDED)
     kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "dry-run"
