@@ -19,6 +19,10 @@ has candidates. Timed per cycle, median of ``--runs``:
   2,000 on this box), so it runs only up to ``--ray-max-nodes`` (1,000; quick:
   100); larger sizes print "not run".
 
+Plot (unless ``--no-plot``): ms per cycle vs nodes, log-log, each raygpu
+planner, their sum and Ray's scheduler, in
+``benchmarks/results/decision_cost.png`` (``decision_cost_quick.png``).
+
     python benchmarks/bench_decision_cost.py            # 500 .. 10,000 nodes
     python benchmarks/bench_decision_cost.py --quick    # 50, 100 nodes
 """
@@ -32,7 +36,7 @@ import logging
 import statistics
 import time
 
-from _common import machine, machine_line, print_table
+from _common import machine, machine_line, print_table, save_plot
 from bench_reconcile import NOW_S, synthetic_snapshot
 from raygpu.model.gang import GangRequest
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
@@ -105,12 +109,40 @@ def timed(fn, runs: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def plot(rows: list[dict], name: str, title: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for key, label, kw in (("reconcile_ms", "raygpu reconcile", dict(marker="o", ls=":", color="tab:blue")),
+                           ("reclaim_ms", "raygpu plan_reclaim", dict(marker="s", ls=":", color="tab:orange")),
+                           ("gang_ms", "raygpu plan_gang (N/10 PGs)", dict(marker="^", ls=":", color="tab:purple")),
+                           ("raygpu_total_ms", "raygpu, the three together", dict(marker="o", lw=2, color="tab:green")),
+                           ("ray_ms", "Ray ResourceDemandScheduler.schedule", dict(marker="D", lw=2, color="tab:red"))):
+        pts = [(r["nodes"], r[key]) for r in rows if r.get(key)]
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], label=label, **kw)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([r["nodes"] for r in rows], [f"{r['nodes']:,}" for r in rows])
+    ax.minorticks_off()
+    ax.set_xlabel("Kubernetes GPU nodes (2 Ray workers each)")
+    ax.set_ylabel("ms per cycle")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    return save_plot(fig, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="50 and 100 nodes")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--ray-max-nodes", type=int, default=None, help="largest size Ray's scheduler is run at")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
     logging.getLogger("ray").setLevel(logging.ERROR)
     sizes = QUICK if args.quick else FULL
@@ -145,8 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         row["raygpu_total_ms"] = round(raygpu_ms, 2)
         row["ray_over_raygpu"] = round(row["ray_ms"] / raygpu_ms, 2) if row["ray_ms"] else None
         rows.append(row)
+    plots = []
+    if not args.no_plot:
+        plots.append(plot(rows, "decision_cost_quick.png" if args.quick else "decision_cost.png",
+                          f"decision cost per cycle (synthetic states, median of {args.runs} runs; "
+                          f"Ray's scheduler up to {ray_max} nodes)"))
     result = {"benchmark": "decision_cost", "runs": args.runs, "machine": machine(), "data": "synthetic",
-              "rows": rows}
+              "plots": plots, "rows": rows}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -159,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["ray_note"]:
             print(f"  {r['nodes']} nodes: Ray {r['ray_note']}")
+    for p in plots:
+        print(f"plot: {p}")
     return 0
 
 

@@ -52,9 +52,10 @@ def test_gang_admission_quick() -> None:
 
 
 def test_decision_cost_quick() -> None:
-    result = run("bench_decision_cost.py", "--runs", "1")
+    result = run("bench_decision_cost.py", "--runs", "1", "--no-plot")
     check_machine(result)
     assert result["benchmark"] == "decision_cost"
+    assert result["plots"] == []  # --no-plot
     rows = result["rows"]
     assert [r["nodes"] for r in rows] == [50, 100]
     for r in rows:
