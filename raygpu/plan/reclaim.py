@@ -104,7 +104,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     occupants = _occupants(snapshot, going_away)
     staying = {n.node_id for n in snapshot.ray.nodes if n.alive} - {
         ray_by_pod[name].node_id for _, name in going_away if name in ray_by_pod}
-    needed = _needed_by_pending_pgs(snapshot, candidates, staying, headroom, occupants)
+    needed = _needed_by_pending_pgs(snapshot, candidates, staying, headroom, occupants, cluster)
     for w in candidates:
         if w.pod.name in needed:
             keep(w, R.NEEDED_BY_PENDING_PG, needed[w.pod.name])
@@ -218,13 +218,19 @@ def _defrag_key(w: _Worker, candidates: set[tuple[str, str]], occupants: dict[st
 
 
 def _needed_by_pending_pgs(snapshot: Snapshot, candidates: list[_Worker], staying: set[str],
-                           headroom: dict[str, int], occupants: dict[str, set[tuple[str, str]]]) -> dict[str, str]:
+                           headroom: dict[str, int], occupants: dict[str, set[tuple[str, str]]],
+                           cluster: RayClusterView) -> dict[str, str]:
     """Simulate placing the unplaced bundles of every pending or rescheduling PG.
 
     Nodes that stay are used first (best fit on GPUs), then candidates, picking
     the one the reclaimer would least like to delete: one its group keeps anyway
-    for the minimum, then one that frees no node, then the least idle. Every
-    candidate that receives a bundle is returned (pod name -> why).
+    for the minimum, then one that frees no node, then the least idle. A bundle
+    that fits nowhere now may wait for a busy node that stays (judged on its
+    total resources); failing that it needs a new worker. If no worker group
+    can still grow (below ``maxReplicas``) with a template that could host it,
+    the PG cannot be placed whatever is kept, and it protects nothing (its
+    picks are undone). Every candidate that receives a bundle of a placeable PG is
+    returned (pod name -> why).
     """
     nodes = {n.node_id: n for n in snapshot.ray.nodes}
     by_node = {w.node.node_id: w for w in candidates if w.node is not None}
@@ -232,29 +238,98 @@ def _needed_by_pending_pgs(snapshot: Snapshot, candidates: list[_Worker], stayin
     spare = {g: -n for g, n in headroom.items()}  # per group: candidates the minimum keeps anyway
     for w in candidates:
         spare[w.group] += 1
+    growth = {g.group_name: max(0, g.max_replicas - g.replicas) for g in cluster.worker_groups}
     names = {_key(w.pod) for w in candidates}
     needed: dict[str, str] = {}  # pod name -> why
     for pg in sorted((p for p in snapshot.ray.placement_groups if p.state in _PENDING), key=lambda p: p.pg_id):
+        undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
+        pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
+        unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
         for demand, selectors, allowed, used in _units(pg):
             hosts = [nid for nid in avail if (allowed is None or nid in allowed) and nid not in used
                      and _fits(demand, avail[nid]) and all(_matches(s, nodes[nid].labels) for s in selectors)]
             free = [nid for nid in hosts if nid not in by_node or by_node[nid].pod.name in needed]
+            picked = None
             if free:
                 nid = min(free, key=lambda n: (avail[n].get("GPU", 0.0), n))
             elif hosts:
                 nid = min(hosts, key=lambda n: (spare[by_node[n].group] <= 0,
                                                tuple(-x for x in _defrag_key(by_node[n], names, occupants)[:2]),
                                                by_node[n].idle_for_s or 0.0, n))
-                w = by_node[nid]
-                needed[w.pod.name] = f"placement group {pg.name or pg.pg_id} ({pg.state.value}) needs it to fit"
-                spare[w.group] -= 1
+                picked = by_node[nid]
+                needed[picked.pod.name] = f"placement group {pg.name or pg.pg_id} ({pg.state.value}) needs it to fit"
+                spare[picked.group] -= 1
             else:
-                continue  # fits nowhere that exists: new nodes are the autoscaler's job
+                # nothing free now: a busy node that stays may free up later (judged on its total), else
+                # only a new worker can take it
+                later = [n for n in sorted(staying) if n in nodes and (allowed is None or n in allowed)
+                         and n not in used and all(_matches(sel, nodes[n].labels) for sel in selectors)
+                         and _fits(demand, _minus(nodes[n].total, pg_total.get(n, {})))]
+                if later:
+                    pg_total[later[0]] = _plus(pg_total.get(later[0], {}), demand)
+                    if pg.strategy == "STRICT_SPREAD":
+                        used.add(later[0])
+                else:
+                    unplaced.append((demand, selectors))
+                continue
             for k, v in demand.items():
                 avail[nid][k] = avail[nid].get(k, 0.0) - v
+            pg_total[nid] = _plus(pg_total.get(nid, {}), demand)
+            undo.append((nid, demand, picked.pod.name if picked else None))
             if pg.strategy == "STRICT_SPREAD":
                 used.add(nid)
+        if unplaced and not _growth_fits(unplaced, cluster, growth, pg.strategy):
+            for nid, demand, pod in reversed(undo):  # it cannot be placed: keep nothing for it
+                for k, v in demand.items():
+                    avail[nid][k] += v
+                if pod is not None:
+                    del needed[pod]
+                    spare[by_node[nid].group] += 1
     return needed
+
+
+def _growth_fits(units: list[tuple[dict[str, float], list[dict[str, str]]]], cluster: RayClusterView,
+                 growth: dict[str, int], strategy: str) -> bool:
+    """Could new workers (groups below maxReplicas) host ``units``? Optimistic where a template says
+    nothing (custom resources, labels it does not set): keeping a worker too long is the safe error.
+    Consumes ``growth`` slots when they fit, so later PGs see what is left."""
+    opened: list[tuple[str, dict[str, float]]] = []  # new workers of this PG: (group, Ray resources left)
+    taken: dict[str, int] = defaultdict(int)
+    for demand, selectors in units:
+        spot = None
+        if strategy not in ("STRICT_SPREAD", "STRICT_PACK"):
+            spot = next((o for o in opened if _fits_known(demand, o[1])), None)
+        if spot is None:
+            g = next((g for g in cluster.worker_groups if growth.get(g.group_name, 0) - taken[g.group_name] > 0
+                      and _fits_known(demand, {"GPU": g.ray_gpus, "CPU": g.ray_cpus})
+                      and all(_matches({k: v for k, v in s.items() if k in g.ray_labels}, g.ray_labels)
+                              for s in selectors)), None)
+            if g is None:
+                return False
+            taken[g.group_name] += 1
+            spot = (g.group_name, {"GPU": g.ray_gpus, "CPU": g.ray_cpus})
+            opened.append(spot)
+        for k in ("GPU", "CPU"):
+            if spot[1].get(k, 0.0) > 0:
+                spot[1][k] -= demand.get(k, 0.0)
+    for name, n in taken.items():
+        growth[name] -= n
+    return True
+
+
+def _plus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}
+
+
+def _minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: v - b.get(k, 0.0) for k, v in a.items()}
+
+
+def _fits_known(demand: dict[str, float], have: dict[str, float]) -> bool:
+    """GPU must fit (a group without GPUs hosts no GPU bundle); CPU must fit when the template says."""
+    if demand.get("GPU", 0.0) > have.get("GPU", 0.0) + _EPS:
+        return False
+    return not (have.get("CPU", 0.0) > 0 and demand.get("CPU", 0.0) > have["CPU"] + _EPS)
 
 
 def _units(pg: PlacementGroupView) -> list[tuple[dict[str, float], list[dict[str, str]], set[str] | None, set[str]]]:

@@ -41,9 +41,9 @@ class World:
         return self
 
     def group(self, name: str, *, replicas: int | None = None, min_replicas: int = 0,
-              workers_to_delete: tuple[str, ...] = ()) -> "World":
+              workers_to_delete: tuple[str, ...] = (), max_replicas: int = 100, gpus: float = 8) -> "World":
         self._groups[name] = dict(replicas=replicas, min_replicas=min_replicas,
-                                  workers_to_delete=tuple(workers_to_delete))
+                                  workers_to_delete=tuple(workers_to_delete), max_replicas=max_replicas, gpus=gpus)
         return self
 
     def worker(self, name: str, *, group: str = "gpu", k8s_node: str | None = None, gpus: float = 8,
@@ -53,7 +53,8 @@ class World:
         """A worker pod; idle_for_s=None means busy (no free GPUs unless free_gpus)."""
         k8s_node = k8s_node or f"k-{name}"
         self._k8s_nodes.setdefault(k8s_node, {})
-        self._groups.setdefault(group, dict(replicas=None, min_replicas=0, workers_to_delete=()))
+        self._groups.setdefault(group, dict(replicas=None, min_replicas=0, workers_to_delete=(), max_replicas=100,
+                                            gpus=gpus))
         self._pods.append(K8sPodView(
             name=name, namespace=NAMESPACE, node_name=k8s_node, phase="Running", deleting=deleting,
             labels=labels or {}, created_at_s=NOW_S - age_s, ray_cluster=CLUSTER, ray_group=group,
@@ -95,7 +96,8 @@ class World:
             replicas = g["replicas"] if g["replicas"] is not None else len(
                 [p for p in pods if p.name not in g["workers_to_delete"]])
             groups.append(GroupTemplate(group_name=name, replicas=replicas, min_replicas=g["min_replicas"],
-                                        max_replicas=100, workers_to_delete=g["workers_to_delete"]))
+                                        max_replicas=g["max_replicas"], workers_to_delete=g["workers_to_delete"],
+                                        limits={"nvidia.com/gpu": g["gpus"]} if g["gpus"] else {}))
         cluster = RayClusterView(name=CLUSTER, namespace=NAMESPACE, resource_version="42",
                                  head=GroupTemplate(group_name="headgroup", is_head=True, replicas=1),
                                  worker_groups=tuple(groups))

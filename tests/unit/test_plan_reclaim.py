@@ -53,6 +53,23 @@ VERDICTS = [
      .pg_pending([G8]), {}, {"b1": R.NOT_IDLE_LONG_ENOUGH, "w1": R.IDLE}),
     ("a worker on its way out hosts no bundle", world().group("gpu", workers_to_delete=("w0",)).worker("w0", idle_for_s=IDLE)
      .worker("w1", idle_for_s=IDLE).pg_pending([G8]), {}, {"w0": R.ALREADY_DELETING, "w1": R.NEEDED_BY_PENDING_PG}),
+    ("PG that needs a new worker: the group can grow, keep both", world().group("gpu", max_replicas=3)
+     .worker("w1", idle_for_s=IDLE).worker("w2", idle_for_s=IDLE).pg_pending([G8] * 3, strategy="STRICT_SPREAD"),
+     {}, {"w1": R.NEEDED_BY_PENDING_PG, "w2": R.NEEDED_BY_PENDING_PG}),
+    ("PG that can never fit (group at maxReplicas) protects nothing", world().group("gpu", max_replicas=2)
+     .worker("w1", idle_for_s=IDLE).worker("w2", idle_for_s=IDLE).pg_pending([G8] * 3, strategy="STRICT_SPREAD"),
+     {}, {"w1": R.IDLE, "w2": R.IDLE}),
+    ("only a GPU-less group can grow: protects nothing", world().group("gpu", max_replicas=1).group("cpu", gpus=0)
+     .worker("w1", idle_for_s=IDLE).pg_pending([G8, G8], strategy="STRICT_SPREAD"), {}, {"w1": R.IDLE}),
+    ("at maxReplicas, the PG waits for a busy worker: keep the idle one", world().group("gpu", max_replicas=2)
+     .worker("w1", idle_for_s=IDLE).worker("b1").pg_pending([G8, G8], strategy="STRICT_SPREAD"),
+     {}, {"w1": R.NEEDED_BY_PENDING_PG, "b1": R.NOT_IDLE_LONG_ENOUGH}),
+    ("at maxReplicas, the busy worker is too small for the rest: keep nothing", world().group("gpu", max_replicas=2)
+     .worker("w1", idle_for_s=IDLE).worker("b1", gpus=4).pg_pending([G8, G8], strategy="STRICT_SPREAD"),
+     {}, {"w1": R.IDLE}),
+    ("an unplaceable PG leaves room to a placeable one", world().group("gpu", max_replicas=2)
+     .worker("w1", idle_for_s=IDLE).worker("w2", idle_for_s=IDLE).pg_pending([G8] * 3, strategy="STRICT_SPREAD")
+     .pg_pending([G8]), {}, {"w1": R.NEEDED_BY_PENDING_PG, "w2": R.IDLE}),
     ("PG too big for any node protects nothing", world().worker("w1", idle_for_s=IDLE).pg_pending([{"GPU": 16}]), {}, {"w1": R.IDLE}),
     ("PACK puts two halves on one node", world().worker("w1", idle_for_s=IDLE).worker("w2", idle_for_s=IDLE)
      .pg_pending([G4, G4]), {}, {"w1": R.NEEDED_BY_PENDING_PG, "w2": R.IDLE}),
