@@ -83,8 +83,15 @@ class Reservation:
         return self.state
 
     def heartbeat(self, now_s: float) -> None:
+        """Beat on the state object; while the gang waits to be scheduled, nudge the gang scheduler too."""
         api, kind, name, ns = self.state_object
         self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {ANNOTATION_HEARTBEAT: f"{now_s:.0f}"}}})
+        if self.state == ReservationState.RESERVED:
+            for api_version, obj_kind, obj_name, body in get_backend(self.plan.backend).requeue_patches(self.plan, now_s):
+                try:
+                    self.kube.merge_patch(api_version, obj_kind, obj_name, ns, body)
+                except PermanentError:
+                    pass  # the gang object is gone (released under us): nothing to nudge
 
     def record_placement_group(self, pg_id: str) -> None:
         api, kind, name, ns = self.state_object

@@ -67,6 +67,8 @@ def start_scheduler_plugins(tb: "Testbed", bins: "Binaries", ports: dict[str, in
     tb._start("sp-scheduler", [str(bins.sp_scheduler), f"--config={cfg}", f"--secure-port={ports['sp_scheduler']}",
                                "--bind-address=127.0.0.1", f"--authentication-kubeconfig={tb.kubeconfig}",
                                f"--authorization-kubeconfig={tb.kubeconfig}", "--v=2"])
+    # The unschedulable-queue flush stays at its default (5 min), as in a real cluster: Coscheduling requeues
+    # the pods it rejected only on a Pod add or a PodGroup add/update, and raygpu's gangs must (and do) cope.
     tb._start("sp-controller", [str(bins.sp_controller), f"--metricsAddr=127.0.0.1:{ports['sp_metrics']}",
                                 f"--probeAddr=127.0.0.1:{ports['sp_probe']}"],
               env={"KUBECONFIG": str(tb.kubeconfig)})

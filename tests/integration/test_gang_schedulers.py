@@ -38,6 +38,11 @@ def test_coscheduling_podgroup_is_all_or_nothing(testbed, ns, pool, kube, core):
              log=testbed.logs / "sp-scheduler.log")
     assert [p["spec"].get("nodeName") for p in pods(core, ns)] == [None, None, None]
     pool.add({"g3": "h100x8"})
+    # Coscheduling requeues the pods it rejected on a PodGroup update, not on a new node (else they wait
+    # for the scheduler's 5-minute unschedulable flush); raygpu's heartbeat makes the same touch.
+    kube.resources.get(api_version="scheduling.x-k8s.io/v1alpha1", kind="PodGroup").patch(
+        name="gang", namespace=ns, body={"metadata": {"annotations": {"raygpu.io/requeue-at": "now"}}},
+        content_type="application/merge-patch+json")
     wait_for("all 3 pods bound once a third node exists",
              lambda: all(p["spec"].get("nodeName") for p in pods(core, ns)) and len(pods(core, ns)) == 3, 120,
              log=testbed.logs / "sp-scheduler.log")

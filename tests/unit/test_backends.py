@@ -89,6 +89,17 @@ def test_coscheduling_pod_group():
                           "minResources": {"cpu": "579", "memory": str(6 * 513 * 2**30), "nvidia.com/gpu": "48"}}
 
 
+def test_only_coscheduling_nudges_a_waiting_gang():
+    """Coscheduling requeues rejected pods on a PodGroup update, not on a new node: the heartbeat touches it."""
+    plan, _, _ = setup("coscheduling")
+    [(api, kind, name, body)] = get_backend("coscheduling").requeue_patches(plan, 1234.4)
+    [pg] = get_backend("coscheduling").gang_objects(plan, setup("coscheduling")[2], None)
+    assert (api, kind, name) == (pg["apiVersion"], pg["kind"], pg["metadata"]["name"])
+    assert body == {"metadata": {"annotations": {"raygpu.io/requeue-at": "1234"}}}
+    for other in ("kueue", "volcano", "none"):  # Kueue requeues on its own; Volcano retries every session
+        assert get_backend(other).requeue_patches(setup(other)[0], 1.0) == []
+
+
 @pytest.mark.parametrize("queue,expected", [(None, "default"), ("gpu-q", "gpu-q")])
 def test_volcano_pod_group(queue, expected):
     plan, group, req = setup("volcano", queue=queue)

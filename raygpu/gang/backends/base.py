@@ -109,3 +109,8 @@ class GangBackend(ABC):
     @abstractmethod
     def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
         """Extra Kubernetes objects to create before the worker group; ``owner_ref`` (the RayCluster) for GC."""
+
+    def requeue_patches(self, plan: GangPlan, now_s: float) -> list[tuple[str, str, str, dict[str, Any]]]:
+        """Merge patches (apiVersion, kind, name, body) that make the gang scheduler look at a waiting gang
+        again; sent with each heartbeat while the reservation waits. None by default."""
+        return []

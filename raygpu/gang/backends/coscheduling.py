@@ -5,6 +5,12 @@ of them can be placed, and rejects the whole group after
 ``scheduleTimeoutSeconds``. Pods join with the label
 ``scheduling.x-k8s.io/pod-group: <PodGroup name>`` and must be scheduled by the
 scheduler running the plugin (``scheduler-plugins-scheduler`` in the upstream chart).
+
+The plugin requeues the pods it rejected only on a Pod add or a PodGroup
+add/update, not when a node is added or another gang's pods leave: without
+help they wait for the scheduler's unschedulable-queue flush (5 min by
+default). While the gang waits, each heartbeat therefore touches the PodGroup
+(annotation ``raygpu.io/requeue-at``), so freed room is tried within seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from raygpu.model.gang import Backend, GangPlan, GangRequest
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 DEFAULT_SCHEDULER_NAME = "scheduler-plugins-scheduler"
+ANNOTATION_REQUEUE = "raygpu.io/requeue-at"
 
 
 class CoschedulingBackend(GangBackend):
@@ -34,3 +41,8 @@ class CoschedulingBackend(GangBackend):
         """One PodGroup: minMember = pods, minResources = their summed requests, timeout from the request."""
         return [pod_group(API_VERSION, plan, request, owner_ref,
                           scheduleTimeoutSeconds=max(1, math.ceil(plan.timeout_s)))]
+
+    def requeue_patches(self, plan: GangPlan, now_s: float) -> list[tuple[str, str, str, dict[str, Any]]]:
+        """Touch the PodGroup: a PodGroup update is an event the Coscheduling plugin requeues its pods on."""
+        return [(API_VERSION, "PodGroup", plan.gang_name,
+                 {"metadata": {"annotations": {ANNOTATION_REQUEUE: f"{now_s:.0f}"}}})]
