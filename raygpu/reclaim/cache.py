@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,9 +38,13 @@ from raygpu.plan.gang import dns_label
 
 log = logging.getLogger("raygpu.sidecar.cache")
 
-WATCH_TIMEOUT_S = 60  # the server closes each watch after this; we re-watch from the last version
+# The server closes each watch after 5-10 min (client-go's jittered minWatchTimeout); we re-watch from the
+# last version. Bookmarks arrive about once a minute, so a read silent for WATCH_READ_TIMEOUT_S means a dead
+# connection: re-watch. (A 60 s timeout tripled the sidecar's steady API load: benchmarks/bench_api_load.py.)
+WATCH_TIMEOUT_S = 300
+WATCH_READ_TIMEOUT_S = 150
 MAX_BACKOFF_S = 30.0
-LIST_TIMEOUT_S = 30  # connect/read timeout of a LIST; a watch reads for up to WATCH_TIMEOUT_S + 30
+LIST_TIMEOUT_S = 30  # connect/read timeout of a LIST
 
 
 @dataclass
@@ -195,8 +200,9 @@ class ClusterCache:
         while not self._stop.is_set():
             w = watch.Watch()
             for ev in w.stream(kind.list_fn, *kind.args, **kind.kwargs, resource_version=kind.resource_version,
-                               timeout_seconds=WATCH_TIMEOUT_S, allow_watch_bookmarks=True, deserialize=False,
-                               _request_timeout=(LIST_TIMEOUT_S, WATCH_TIMEOUT_S + 30)):
+                               timeout_seconds=int(WATCH_TIMEOUT_S * (1 + random.random())),
+                               allow_watch_bookmarks=True, deserialize=False,
+                               _request_timeout=(LIST_TIMEOUT_S, WATCH_READ_TIMEOUT_S)):
                 if self._stop.is_set():
                     w.stop()
                     return
