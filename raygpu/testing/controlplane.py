@@ -28,6 +28,21 @@ from raygpu.testing.catalog import node_manifest
 from raygpu.testing.procs import TestbedError, alive, free_port, spawn, stop, wait_for
 
 ADMIN_TOKEN = "raygpu-testbed-admin-token"
+
+# Audit every request but the testbed's own (every component and the tests' admin client use the admin
+# token): what a ServiceAccount or a client certificate under test does is then counted exactly, e.g. the
+# API load benchmark's sidecar and Ray autoscaler. Metadata level: who, verb, resource, status; no bodies.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: None
+  users: ["admin", "system:apiserver", "system:kube-controller-manager", "system:kube-scheduler"]
+- level: None
+  userGroups: ["system:nodes"]
+- level: Metadata
+"""
 SP_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 DEFAULT_NODES = {"gpu-a": "h100x8", "gpu-b": "h100x8", "mig-a": "a100x8-mig-mixed", "t4-a": "t4x1",
                  "cpu-a": "cpu16"}
@@ -51,6 +66,11 @@ class Testbed:
     @property
     def kubeconfig(self) -> Path:
         return self.root / "admin.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON line per request of every identity but the testbed's own."""
+        return self.logs / "audit.log"
 
     @property
     def logs(self) -> Path:
@@ -110,6 +130,7 @@ class Testbed:
             "kubernetes.default.svc.cluster.local"])
         sa_key = pki.ensure_rsa_key(pkid / "sa.key")
         (pkid / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+        (pkid / "audit-policy.yaml").write_text(AUDIT_POLICY)
         self._write_kubeconfig(self.kubeconfig, ports["apiserver"], ca[0], ADMIN_TOKEN, "admin")
 
         progress("starting etcd")
@@ -130,7 +151,9 @@ class Testbed:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", "--enable-priority-and-fairness=false",
-            "--endpoint-reconciler-type=none", "--v=1"])
+            "--endpoint-reconciler-type=none", "--v=1",
+            f"--audit-policy-file={pkid / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-maxsize=200", "--audit-log-maxbackup=1"])
         from kubernetes import client as kclient
 
         def readyz() -> bool:
@@ -199,6 +222,25 @@ class Testbed:
         self._write_kubeconfig(path, self.state["ports"]["apiserver"], self.root / "pki" / "ca.crt", token, user)
         return path
 
+    def kubeconfig_for_client_cert(self, user: str, path: Path, groups: tuple[str, ...] = ()) -> tuple[Path, Path, Path]:
+        """A client certificate for ``user`` (in ``groups``) and a kubeconfig using it; returns (kubeconfig, crt, key).
+
+        For a component that authenticates with a certificate, such as Ray's KubeRay node provider
+        (``RAY_KUBERAY_CLIENT_CERT_PATH`` / ``..._KEY_PATH``); RBAC applies to ``user`` as to anyone.
+        """
+        import yaml
+        crt, key = pki.ensure_client_cert(self.root / "pki", user, (self.root / "pki" / "ca.crt",
+                                                                     self.root / "pki" / "ca.key"), groups)
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "raygpu-testbed",
+            "clusters": [{"name": "raygpu-testbed", "cluster": {
+                "server": f"https://127.0.0.1:{self.state['ports']['apiserver']}",
+                "certificate-authority": str(self.root / "pki" / "ca.crt")}}],
+            "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+            "contexts": [{"name": "raygpu-testbed", "context": {"cluster": "raygpu-testbed", "user": user}}],
+        }))
+        return path, crt, key
+
     # ---------------------------------------------------------------- down
     def down(self, quiet: bool = False) -> list[str]:
         """Stop every component (process groups, SIGTERM then SIGKILL). Returns what was stopped."""
@@ -238,6 +280,7 @@ class Testbed:
             "kubeconfig": str(self.kubeconfig) if self.kubeconfig.exists() else None,
             "apiserver": f"https://127.0.0.1:{self.state['ports']['apiserver']}" if self.state.get("ports") else None,
             "ready_s": self.state.get("ready_s"),
+            "audit_log": str(self.audit_log),
             "components": comps,
             "ray_clusters": ray_clusters(self.root / "ray"),
             "build_seconds": components.build_seconds(),

@@ -1,7 +1,9 @@
 """Certificates and keys for the testbed, made with the ``openssl`` command.
 
 One CA signs serving certificates for 127.0.0.1 (kube-apiserver, Kueue's
-webhooks); one RSA key signs and verifies ServiceAccount tokens.
+webhooks) and client certificates (the API server trusts it as its client CA:
+a certificate's CN is the user, its O the groups); one RSA key signs and
+verifies ServiceAccount tokens.
 """
 
 from __future__ import annotations
@@ -42,3 +44,18 @@ def ensure_rsa_key(path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         _run("genrsa", "-out", str(path), "2048")
     return path
+
+
+def ensure_client_cert(d: Path, user: str, ca: tuple[Path, Path], groups: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A client certificate for ``user`` (CN) in ``groups`` (O), signed by ``ca``; files ``client-<user>.crt/.key``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in user)
+    crt, key = d / f"client-{safe}.crt", d / f"client-{safe}.key"
+    if crt.exists():
+        return crt, key
+    csr, ext = d / f"client-{safe}.csr", d / f"client-{safe}.ext"
+    ext.write_text("extendedKeyUsage=clientAuth\n")
+    subj = f"/CN={user}" + "".join(f"/O={g}" for g in groups)
+    _run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subj, "-keyout", str(key), "-out", str(csr))
+    _run("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
+         "-days", "3650", "-extfile", str(ext), "-out", str(crt))
+    return crt, key
