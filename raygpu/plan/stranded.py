@@ -5,10 +5,12 @@ Three causes, per Kubernetes node and per GPU resource name:
 (a) the integer model: Kubernetes hands out whole GPUs, Ray packs fractional
     tasks onto them; the unused rest of a partly used GPU serves no whole-GPU
     task (``integer_model_gpus``, from Ray's total - available);
-(b) CPU or memory exhaustion: GPUs are free but no worker shape that asks for
-    that GPU resource fits the node's free CPU or memory (``cpu_memory_gpus``);
 (c) fragments: fewer GPUs free on the node than the smallest pending request
-    for that resource (``fragment_gpus``).
+    for that resource (``fragment_gpus``); checked first, as the GPU count
+    alone rules the node out;
+(b) CPU or memory exhaustion: enough GPUs are free for some worker shape that
+    asks for that resource, but no such shape fits the node's free CPU or
+    memory (``cpu_memory_gpus``).
 
 Free = allocatable - what the pods bound to the node request. Only pods in
 the snapshot count: an adapter that lists only Ray pods makes free CPU and
@@ -134,7 +136,12 @@ def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest:
         free_total += free
         if free <= 0:
             continue
-        fitting = [s for s in shapes if s.gpus.get(resource, 0.0) > 0]
+        if resource in smallest and free < smallest[resource] - EPS:
+            frag += free
+            reasons.append(f"{fmt(free)} {resource} free, smallest pending request is {fmt(smallest[resource])}")
+            continue
+        # shapes that could use these GPUs (their GPU count fits what is free), judged on CPU and memory
+        fitting = [s for s in shapes if 0 < s.gpus.get(resource, 0.0) <= free + EPS]
         if fitting and not any(s.cpu <= free_cpu + EPS and s.memory <= free_mem + EPS for s in fitting):
             short = []
             if all(s.cpu > free_cpu + EPS for s in fitting):
@@ -146,9 +153,6 @@ def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest:
                 f"{fmt(free)} {resource} free but no worker shape fits the free "
                 f"{' and '.join(short) or 'cpu + memory together'}"
             )
-        elif resource in smallest and free < smallest[resource] - EPS:
-            frag += free
-            reasons.append(f"{fmt(free)} {resource} free, smallest pending request is {fmt(smallest[resource])}")
     integer = 0.0
     for pod in ix.ray_pods_on_node.get(node_name, []):
         rn = ix.live_ray_by_instance.get(pod.name)

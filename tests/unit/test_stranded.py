@@ -35,7 +35,9 @@ CASES = [
     ("(c) created PG is no demand", snap().gpu_node("n1").worker("p1", "n1", 6).pg("pg1", 4, state=PgState.CREATED), {}, (2, 0, 0, 0)),
     ("(c) fractional bundle rounds up to 1", snap().gpu_node("n1").worker("p1", "n1", 7).pg("pg1", 0.5), {}, (1, 0, 0, 0)),
     ("(c) other resource's demand does not fragment", snap().gpu_node("n1", 2, resource=MIG).ray_pod("p2", None, 4), {}, (2, 0, 0, 0)),
-    ("(b) before (c): CPU gone and fragment", snap().gpu_node("n1", cpu=16).worker("p1", "n1", 6, cpu=16).ray_pod("p2", None, 4), {}, (2, 0, 2, 0)),
+    ("(c) before (b): a fragment whatever the CPU", snap().gpu_node("n1", cpu=16).worker("p1", "n1", 6, cpu=16).ray_pod("p2", None, 4), {}, (2, 0, 0, 2)),
+    ("(b) only for shapes the free GPUs could take", snap().gpu_node("n1", cpu=16).worker("p1", "n1", 6, cpu=16), {}, (2, 0, 0, 0)),
+    ("(b): GPUs enough, CPU gone", snap().gpu_node("n1", cpu=16).worker("p1", "n1", 4, cpu=16).ray_pod("p2", None, 4), {}, (4, 0, 4, 0)),
     ("two nodes add up", snap().gpu_node("n1").worker("p1", "n1", 6).gpu_node("n2").worker("p2", "n2", 7).ray_pod("p3", None, 4), {}, (3, 0, 0, 3)),
 ]
 
