@@ -32,6 +32,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,7 @@ from raygpu.testing.kube import apply
 from tests.integration.util import alive_ray_nodes, holds_for, pods, ray_address, wait_for
 
 CLUSTER = "doc"
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ helpers
@@ -152,6 +154,14 @@ def test_zero_allocatable_node(testbed, ns, pool, kube, core):
     assert (f["evidence"]["kubelet"], f["evidence"]["kubelet_capacity"]) == (0, 8)
     assert any("device-plugin" in fact for fact in f["evidence"]["facts"])
     assert {r["node"]: r["kubelet_allocatable"] for r in report["rows"]}[broken] == 0
+    # the library example finds the same (testbed kubeconfig and Ray address found by itself)
+    ex = subprocess.run([sys.executable, str(REPO / "examples" / "doctor_alert.py"), "--namespace", ns, "--cluster", CLUSTER,
+                         "--orphan-grace-s", "0"], capture_output=True, text=True, timeout=120)
+    print(ex.stdout, ex.stderr)
+    assert ex.returncode == 1, ex.stderr[-2000:]
+    assert any(ln.split()[2:4] == ["zero-allocatable", f"node/{broken}"] for ln in ex.stdout.splitlines()
+               if ln.startswith("CRITICAL")), ex.stdout
+    assert "look at:" in ex.stdout
 
 
 def test_raylet_stopped_under_running_pod_is_an_orphan(testbed, ns, pool, kube, core):
