@@ -21,7 +21,24 @@ for p in (str(ROOT), str(BENCH)):
 
 from bench_reconcile import machine  # noqa: E402  (one definition for all benchmarks)
 
-TRACES = Path(os.environ.get("RAYGPU_TRACES", ROOT.parent / "shared" / "traces"))
+def _find_traces() -> Path:
+    """$RAYGPU_TRACES, else ``../shared/traces`` next to this checkout, else next to the repository it was
+    cloned from (a CI clone in a temporary directory), else the first (benchmarks then skip, saying so)."""
+    if os.environ.get("RAYGPU_TRACES"):
+        return Path(os.environ["RAYGPU_TRACES"])
+    candidates = [ROOT.parent / "shared" / "traces"]
+    try:
+        import subprocess
+        origin = subprocess.run(["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+        if origin and "://" not in origin and Path(origin).is_dir():
+            candidates.append(Path(origin).resolve().parent / "shared" / "traces")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+TRACES = _find_traces()
 OPENB = TRACES / "alibaba-gpu-v2023"
 
 __all__ = ["machine", "TRACES", "OPENB", "RESULTS", "read_csv", "need_traces", "print_table", "machine_line",

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import TRACES  # noqa: E402  (the benchmarks' own trace lookup)
 SCRIPT = ROOT / "benchmarks" / "bench_fragmentation.py"
-OPENB = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"
+OPENB = TRACES / "alibaba-gpu-v2023"
 NEEDED = ("openb_node_list_gpu_node.csv", "openb_pod_list_default.csv", "openb_pod_list_multigpu50.csv")
 POLICIES = ["spread", "best-fit", "raygpu"]
 TIMING = {"reclaim_s", "stranded_s"}

@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import TRACES  # noqa: E402  (the benchmarks' own trace lookup)
 BENCH = ROOT / "benchmarks"
-TRACE = ROOT.parent / "shared" / "traces" / "alibaba-genai-v2026" / "pod_gpu_duty_cycle_anon.tar.gz"
+TRACE = TRACES / "alibaba-genai-v2026" / "pod_gpu_duty_cycle_anon.tar.gz"
 
 
 def test_idle_reclaim_quick() -> None:
