@@ -65,11 +65,10 @@ the lower node index; BalancedAllocation is not modelled):
   While filling nothing leaves, so raygpu equals best-fit there by design.
 
 Metrics, from ``stranded_gpus(snapshot, templates=...)``: free (unallocated)
-GPUs; (a) integer model: the unused rest of share workers' GPUs; (b) free GPUs
-on nodes whose free CPU or memory fits none of the Pending pods' shapes; (c)
-free GPUs on nodes with fewer free GPUs than the smallest Pending request; a
-free GPU counts once, (b) before (c), and (b) looks at CPU and memory only, so
-a node short of both GPUs and CPU for a Pending 8-GPU task is (b). The
+GPUs; (a) integer model: the unused rest of share workers' GPUs; (c) free
+GPUs on nodes with fewer free GPUs than the smallest Pending request, checked
+first; (b) free GPUs on nodes where some Pending shape's GPU count fits but no
+such shape fits the free CPU or memory. A free GPU counts once. The
 worker shapes given to it are those of the Pending pods; with nothing Pending a
 GPU-less placeholder shape is passed (else the function falls back to running
 pods' shapes), so (b) and (c) are 0: nothing waits, nothing is stranded.
@@ -349,11 +348,11 @@ class Sim:
                         ray=RayView(nodes=tuple(ray_nodes)), k8s=K8sView(nodes=nodes, pods=tuple(pods)))
 
     def pending_templates(self) -> tuple[GroupTemplate, ...]:
-        """The Pareto-minimal (CPU, memory) shapes of the Pending pods (the rest cannot change (b))."""
-        shapes = sorted({t.pod_shape() for t in self.pending}, key=lambda s: (s[1], s[2], s[0]))
+        """The Pareto-minimal (GPU, CPU, memory) shapes of the Pending pods (the rest cannot change (b) or (c))."""
+        shapes = sorted({t.pod_shape() for t in self.pending})
         keep: list[tuple[int, int, int]] = []
         for s in shapes:
-            if not any(k[1] <= s[1] and k[2] <= s[2] for k in keep):
+            if not any(k[0] <= s[0] and k[1] <= s[1] and k[2] <= s[2] for k in keep):
                 keep.append(s)
         return tuple(GroupTemplate(group_name=f"pending-shape-{i}",
                                    requests={"cpu": c / 1000, "memory": m * MiB, "nvidia.com/gpu": float(g)})
