@@ -38,9 +38,9 @@ from _common import ROOT, machine, machine_line, print_table, save_plot
 from raygpu.testing import addons
 from raygpu.testing import manifests as m
 from raygpu.testing.audit import Request, read_requests
-from raygpu.testing.bridge import ray_clusters
+from raygpu.testing.bridge import head_address
 from raygpu.testing.controlplane import Testbed
-from raygpu.testing.kube import api_client, apply, dynamic, load_yaml_docs
+from raygpu.testing.kube import api_client, apply, dynamic
 from raygpu.testing.procs import wait_for
 
 SIDECAR_USER_FMT = "system:serviceaccount:{ns}:raygpu-sidecar"
@@ -64,17 +64,6 @@ def _ray_autoscaler_role(ns: str) -> list[dict]:
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ray-autoscaler"},
                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": RAY_USER}]}
     return [role, binding]
-
-
-def _sidecar_objects(ns: str) -> list[dict]:
-    base = ROOT / "deploy" / "sidecar"
-    kust = load_yaml_docs(base / "kustomization.yaml")[0]
-    out = []
-    for f in kust["resources"]:
-        for obj in load_yaml_docs(base / f):
-            obj["metadata"]["namespace"] = ns
-            out.append(obj)
-    return out
 
 
 class Proc:
@@ -132,10 +121,8 @@ def run(args) -> dict:
             return len([p for p in ps if p.status.phase == "Running"]) == args.workers + 1
         wait_for("head and workers Running", running, 120, log=tb.logs / "ray-operator.log")
 
-        def address():
-            return next((c["address"] for c in ray_clusters(tb.root / "ray")
-                         if c["namespace"] == ns and c["cluster"] == CLUSTER), None)
-        gcs = wait_for("the Ray head started by the bridge", address, 240, log=tb.logs / "bridge.log")
+        gcs = wait_for("the Ray head started by the bridge", lambda: head_address(tb.root / "ray", ns, CLUSTER), 240,
+                       log=tb.logs / "bridge.log")
         from ray.autoscaler.v2.sdk import get_cluster_status
 
         wait_for(f"{args.workers} Ray workers alive", lambda: len(get_cluster_status(gcs).active_nodes)
@@ -144,7 +131,7 @@ def run(args) -> dict:
         _log(f"cluster {ns}/{CLUSTER} up: head + {args.workers} x 8-GPU workers, GCS {gcs}")
 
         # identities
-        for obj in [*_sidecar_objects(ns), *_ray_autoscaler_role(ns)]:
+        for obj in [*m.sidecar_deploy_objects(ns), *_ray_autoscaler_role(ns)]:
             apply(kube, obj)
         tok = core.create_namespaced_service_account_token("raygpu-sidecar", ns,
                                                            {"spec": {"expirationSeconds": 3600}})

@@ -29,15 +29,13 @@ from raygpu.snapshot import take_snapshot
 
 def testbed_defaults(namespace: str, cluster: str) -> tuple[str | None, str | None]:
     """(kubeconfig, Ray address) of the local testbed, when it is up and runs that cluster."""
-    from raygpu.testing.bridge import ray_clusters
+    from raygpu.testing.bridge import head_address
     from raygpu.testing.controlplane import Testbed
 
     tb = Testbed()
     if not tb.is_up():
         return None, None
-    address = next((c["address"] for c in ray_clusters(tb.root / "ray")
-                    if c["namespace"] == namespace and c["cluster"] == cluster), None)
-    return str(tb.kubeconfig), address
+    return str(tb.kubeconfig), head_address(tb.root / "ray", namespace, cluster)
 
 
 def main() -> int:

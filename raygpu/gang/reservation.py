@@ -107,19 +107,18 @@ class Reservation:
             if self.state == ReservationState.RELEASED:
                 return
             self.transition(ReservationState.FAILED, failed)
+        final = ReservationState.ROLLED_BACK if self.state == ReservationState.FAILED else ReservationState.RELEASED
         group = remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster,
                                          self.plan.reservation_group)
-        api, kind, name, ns = self.state_object
         if group == GROUP_DRAINING:
             # pods outlived the drain wait: keep the zero-replica group and the state object (now terminal),
             # so the sidecar's garbage collection removes both once KubeRay has deleted the pods
-            final = ReservationState.ROLLED_BACK if self.state == ReservationState.FAILED else ReservationState.RELEASED
             self.transition(final, "pods still terminating; the sidecar removes the group when they are gone")
             return
+        api, kind, name, ns = self.state_object
         self.kube.delete(api, kind, name, ns)  # PodGroups are owned by it: the GC deletes them
         for obj in get_backend(self.plan.backend).gang_objects(self.plan, self.request, None):
             self.kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], self.plan.namespace)
-        final = ReservationState.ROLLED_BACK if self.state == ReservationState.FAILED else ReservationState.RELEASED
         if self.state not in (ReservationState.RELEASED, ReservationState.ROLLED_BACK):
             self.state = check_transition(self.state, final)
             self.history.append(final.value)

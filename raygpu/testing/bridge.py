@@ -306,6 +306,12 @@ def ray_clusters(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def head_address(run_dir: Path, namespace: str, cluster: str) -> str | None:
+    """The GCS address of RayCluster namespace/cluster's head, when the bridge runs it now."""
+    return next((c["address"] for c in ray_clusters(run_dir)
+                 if c["namespace"] == namespace and c["cluster"] == cluster), None)
+
+
 def stop_all_ray(run_dir: Path) -> int:
     """Kill every process that carries this testbed's Ray marker (after the bridge is gone)."""
     from raygpu.testing.procs import stop

@@ -131,7 +131,7 @@ class Testbed:
         sa_key = pki.ensure_rsa_key(pkid / "sa.key")
         (pkid / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
         (pkid / "audit-policy.yaml").write_text(AUDIT_POLICY)
-        self._write_kubeconfig(self.kubeconfig, ports["apiserver"], ca[0], ADMIN_TOKEN, "admin")
+        self._write_kubeconfig(self.kubeconfig, ports["apiserver"], ca[0], "admin", {"token": ADMIN_TOKEN})
 
         progress("starting etcd")
         self._start("etcd", [str(bins.etcd), "--data-dir", str(self.root / "etcd-data"), "--unsafe-no-fsync",
@@ -207,19 +207,22 @@ class Testbed:
                                "--run-dir", str(self.root / "ray")])
         addons.wait_ready(self, ports)
 
-    def _write_kubeconfig(self, path: Path, port: int, ca: Path, token: str, user: str) -> None:
+    def _write_kubeconfig(self, path: Path, port: int, ca: Path, user: str, credentials: dict[str, str]) -> None:
+        """A kubeconfig for the testbed's API server; ``credentials`` is the kubeconfig ``user`` entry
+        (``{"token": ...}`` or ``{"client-certificate": ..., "client-key": ...}``)."""
         import yaml
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "raygpu-testbed",
             "clusters": [{"name": "raygpu-testbed", "cluster": {
                 "server": f"https://127.0.0.1:{port}", "certificate-authority": str(ca)}}],
-            "users": [{"name": user, "user": {"token": token}}],
+            "users": [{"name": user, "user": dict(credentials)}],
             "contexts": [{"name": "raygpu-testbed", "context": {"cluster": "raygpu-testbed", "user": user}}],
         }))
 
     def kubeconfig_for_token(self, token: str, user: str, path: Path) -> Path:
         """A kubeconfig that authenticates with ``token`` (e.g. a minted ServiceAccount token)."""
-        self._write_kubeconfig(path, self.state["ports"]["apiserver"], self.root / "pki" / "ca.crt", token, user)
+        self._write_kubeconfig(path, self.state["ports"]["apiserver"], self.root / "pki" / "ca.crt", user,
+                               {"token": token})
         return path
 
     def kubeconfig_for_client_cert(self, user: str, path: Path, groups: tuple[str, ...] = ()) -> tuple[Path, Path, Path]:
@@ -228,17 +231,10 @@ class Testbed:
         For a component that authenticates with a certificate, such as Ray's KubeRay node provider
         (``RAY_KUBERAY_CLIENT_CERT_PATH`` / ``..._KEY_PATH``); RBAC applies to ``user`` as to anyone.
         """
-        import yaml
-        crt, key = pki.ensure_client_cert(self.root / "pki", user, (self.root / "pki" / "ca.crt",
-                                                                     self.root / "pki" / "ca.key"), groups)
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "raygpu-testbed",
-            "clusters": [{"name": "raygpu-testbed", "cluster": {
-                "server": f"https://127.0.0.1:{self.state['ports']['apiserver']}",
-                "certificate-authority": str(self.root / "pki" / "ca.crt")}}],
-            "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
-            "contexts": [{"name": "raygpu-testbed", "context": {"cluster": "raygpu-testbed", "user": user}}],
-        }))
+        ca = self.root / "pki" / "ca.crt"
+        crt, key = pki.ensure_client_cert(self.root / "pki", user, (ca, self.root / "pki" / "ca.key"), groups)
+        self._write_kubeconfig(path, self.state["ports"]["apiserver"], ca, user,
+                               {"client-certificate": str(crt), "client-key": str(key)})
         return path, crt, key
 
     # ---------------------------------------------------------------- down

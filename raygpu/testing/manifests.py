@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 RAY_IMAGE = "rayproject/ray:2.60.0"  # never pulled: kwok runs no containers
@@ -56,3 +57,17 @@ def cluster_queue(name: str, quotas: dict[str, str], flavor: str = "default-flav
 def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str, Any]:
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
             "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": cluster_queue_name}}
+
+
+def sidecar_deploy_objects(namespace: str) -> list[dict[str, Any]]:
+    """The objects of ``deploy/sidecar`` (ServiceAccount, Role, RoleBinding) as its kustomization lists
+    them, placed in ``namespace`` (what a kustomize overlay with ``namespace:`` would render)."""
+    import yaml
+
+    base = Path(__file__).resolve().parents[2] / "deploy" / "sidecar"
+    out = []
+    for f in yaml.safe_load((base / "kustomization.yaml").read_text())["resources"]:
+        for obj in yaml.safe_load_all((base / f).read_text()):
+            obj["metadata"]["namespace"] = namespace
+            out.append(obj)
+    return out

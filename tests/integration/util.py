@@ -17,14 +17,10 @@ def pods(core, ns: str, selector: str = "") -> list[dict[str, Any]]:
 
 
 def ray_address(testbed, ns: str, cluster: str, timeout_s: float = 90) -> str:
-    from raygpu.testing.bridge import ray_clusters
+    from raygpu.testing.bridge import head_address
 
-    def find():
-        for rc in ray_clusters(testbed.root / "ray"):
-            if rc["namespace"] == ns and rc["cluster"] == cluster:
-                return rc["address"]
-        return None
-    return wait_for(f"Ray head of {ns}/{cluster} started by the bridge", find, timeout_s,
+    return wait_for(f"Ray head of {ns}/{cluster} started by the bridge",
+                    lambda: head_address(testbed.root / "ray", ns, cluster), timeout_s,
                     log=testbed.logs / "bridge.log")
 
 

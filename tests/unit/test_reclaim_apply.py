@@ -493,10 +493,16 @@ def test_ray_unreachable_deletes_nothing():
     assert rep.plan.decision("rc-gpu-worker-a").reason is R.RAY_UNREACHABLE
 
 
-def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
+def with_reservation_group(name: str, replicas: int) -> dict:
+    """RECORDED plus a reservation worker group ``name`` (a copy of the gpu group, replicas = minReplicas)."""
     raw = copy.deepcopy(RECORDED)
     raw["spec"]["workerGroupSpecs"].append({**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]),
-                                            "groupName": "rg-train", "replicas": 1, "minReplicas": 1})
+                                            "groupName": name, "replicas": replicas, "minReplicas": replicas})
+    return raw
+
+
+def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
+    raw = with_reservation_group("rg-train", replicas=1)
     kube = FakeKube(raw)
     kube.configmaps = {"rc-rg-train", "rc-rg-live"}
     dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="ready",
@@ -519,9 +525,7 @@ def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
 
 def test_gc_never_blocks_a_cycle_on_a_draining_group():
     """Pods of the released group still there: scale to zero and move on; a later cycle removes the group."""
-    raw = copy.deepcopy(RECORDED)
-    raw["spec"]["workerGroupSpecs"].append({**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]),
-                                            "groupName": "rg-train", "replicas": 1, "minReplicas": 1})
+    raw = with_reservation_group("rg-train", replicas=1)
     kube = FakeKube(raw)
     kube.configmaps = {"rc-rg-train"}
     kube.extra_pods = [pod("rc-rg-train-worker-z", "rg-train", "k5")]
@@ -545,9 +549,7 @@ def test_gc_never_blocks_a_cycle_on_a_draining_group():
 
 
 def test_gc_removes_a_reservation_group_whose_state_configmap_is_gone():
-    raw = copy.deepcopy(RECORDED)
-    raw["spec"]["workerGroupSpecs"].append({**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]),
-                                            "groupName": "rg-lost", "replicas": 0, "minReplicas": 0})
+    raw = with_reservation_group("rg-lost", replicas=0)
     kube = FakeKube(raw)
     now = [NOW_S]
     r = reclaimer(kube, FakeCache(kube, []), ray=ray_view({}))
