@@ -150,18 +150,22 @@ def _http_ok(url: str) -> bool:
 
 def wait_ready(tb: "Testbed", ports: dict[str, int]) -> None:
     logs = tb.logs
-    wait_for("scheduler-plugins scheduler /healthz",
-             lambda: _http_ok(f"https://127.0.0.1:{ports['sp_scheduler']}/healthz"), 90, log=logs / "sp-scheduler.log")
-    wait_for("kube-scheduler /healthz",
-             lambda: _http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz"), 60, log=logs / "kube-scheduler.log")
-    wait_for("scheduler-plugins controller /readyz",
-             lambda: _http_ok(f"http://127.0.0.1:{ports['sp_probe']}/readyz"), 60, log=logs / "sp-controller.log")
-    wait_for("kwok listening", lambda: port_open(ports["kwok"]), 60, log=logs / "kwok.log")
-    wait_for("KubeRay operator /readyz",
-             lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay_probe']}/readyz"), 90, log=logs / "ray-operator.log")
-    wait_for("Kueue /readyz", lambda: _http_ok(f"http://127.0.0.1:{ports['kueue_probe']}/readyz"), 120,
-             log=logs / "kueue.log")
-    wait_for("Kueue webhook port", lambda: port_open(ports["kueue_webhook"]), 60, log=logs / "kueue.log")
+    pids = tb.state.get("pids", {})
+
+    def wait(what: str, probe, timeout_s: float, component: str) -> None:
+        wait_for(what, probe, timeout_s, log=logs / f"{component}.log", pid=pids.get(component))
+
+    wait("scheduler-plugins scheduler /healthz",
+         lambda: _http_ok(f"https://127.0.0.1:{ports['sp_scheduler']}/healthz"), 90, "sp-scheduler")
+    wait("kube-scheduler /healthz", lambda: _http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz"), 60,
+         "kube-scheduler")
+    wait("scheduler-plugins controller /readyz", lambda: _http_ok(f"http://127.0.0.1:{ports['sp_probe']}/readyz"), 60,
+         "sp-controller")
+    wait("kwok listening", lambda: port_open(ports["kwok"]), 60, "kwok")
+    wait("KubeRay operator /readyz", lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay_probe']}/readyz"), 90,
+         "ray-operator")
+    wait("Kueue /readyz", lambda: _http_ok(f"http://127.0.0.1:{ports['kueue_probe']}/readyz"), 120, "kueue")
+    wait("Kueue webhook port", lambda: port_open(ports["kueue_webhook"]), 60, "kueue")
     dyn = dynamic(tb.kubeconfig)
     # Kueue's webhooks validate the flavor: applying it proves they answer.
     wait_for("Kueue webhooks answering (ResourceFlavor accepted)", lambda: apply(dyn, {

@@ -91,10 +91,25 @@ class Testbed:
 
     # ------------------------------------------------------------------ up
     def up(self, progress=print, nodes: dict[str, str] | None = None) -> dict[str, Any]:
-        """Start every component and wait until each is ready. Idempotent if already up."""
+        """Start every component and wait until each is ready. Idempotent if already up.
+
+        If a component died because its port was taken between choosing and binding it, the whole
+        start is tried once more with fresh ports (ports are chosen before any component starts).
+        """
         if self.is_up():
             progress(f"testbed already up ({self.root})")
             return self.status()
+        for attempt in (1, 2):
+            try:
+                return self._up_once(progress, nodes)
+            except TestbedError as exc:
+                if attempt == 2 or "address already in use" not in str(exc):
+                    raise
+                progress(f"a port was taken while starting ({str(exc).splitlines()[0]}); starting again "
+                         "with fresh ports")
+        raise AssertionError("unreachable")
+
+    def _up_once(self, progress, nodes: dict[str, str] | None) -> dict[str, Any]:
         self.down(quiet=True)
         bins = components.ensure_built(progress)
         t0 = time.monotonic()
@@ -164,7 +179,8 @@ class Testbed:
                                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
             with urllib.request.urlopen(req, timeout=2, context=ctx) as r:  # noqa: S310 - loopback
                 return r.status == 200
-        wait_for("kube-apiserver /readyz", readyz, 120, log=self.logs / "kube-apiserver.log")
+        wait_for("kube-apiserver /readyz", readyz, 120, log=self.logs / "kube-apiserver.log",
+                 pid=self.state["pids"].get("kube-apiserver"))
         progress("starting kube-controller-manager and kube-scheduler")
         self._start("kube-controller-manager", [
             str(bins.kube_controller_manager), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
@@ -187,7 +203,7 @@ class Testbed:
         v1 = kclient.CoreV1Api(c)
         wait_for("ServiceAccount default/default (controller-manager running)",
                  lambda: v1.read_namespaced_service_account("default", ns), 90,
-                 log=self.logs / "kube-controller-manager.log")
+                 log=self.logs / "kube-controller-manager.log", pid=self.state["pids"].get("kube-controller-manager"))
         c.close()
 
     def _up_addons(self, bins: components.Binaries, ports: dict[str, int], progress) -> None:

@@ -8,6 +8,7 @@ deadline: the testbed never sleeps in place of a condition.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,11 +24,46 @@ class TestbedError(RuntimeError):
     """The testbed could not start or a condition was not reached in time."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+# Ports the testbed hands out come from below the kernel's ephemeral range (outgoing connections take
+# their local port from there, and a component binding a port some client connection already holds fails
+# with "address already in use": CI saw the KubeRay operator die that way) and above Ray's default worker
+# port range (10002-19999). Within one process a port is never handed out twice.
+_PORT_LOW = 20000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing holds right now, outside the ephemeral range, not handed out before."""
+    high = _ephemeral_low() - 1
+    if high - _PORT_LOW >= 256:
+        for _ in range(500):
+            port = random.randint(_PORT_LOW, high)  # noqa: S311 - not security relevant
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    while True:  # a kernel with an unusual ephemeral range: let it choose
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
@@ -84,14 +120,17 @@ def _group_alive(pgid: int) -> bool:
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float, interval_s: float = 0.25,
-             log: Path | None = None) -> T:
+             log: Path | None = None, pid: int | None = None) -> T:
     """Poll ``probe`` until it returns a truthy value; raise TestbedError after ``timeout_s``.
 
-    ``log`` names a component log whose tail is quoted in the error.
+    ``log`` names a component log whose tail is quoted in the error; ``pid`` the component's process:
+    if it exits, waiting on stops at once (a component that died will not become ready).
     """
     deadline = time.monotonic() + timeout_s
     last_exc: Exception | None = None
     while time.monotonic() < deadline:
+        if pid is not None and not alive(pid):
+            raise TestbedError(f"{what}: the process (pid {pid}) exited before it was ready" + _tail(log))
         try:
             value = probe()
             if value:
@@ -99,11 +138,14 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float, interva
         except Exception as exc:  # noqa: BLE001 - the probe's failure is the answer "not yet"
             last_exc = exc
         time.sleep(interval_s)
-    tail = ""
-    if log is not None and log.exists():
-        tail = "\n--- last lines of %s ---\n%s" % (log, "\n".join(log.read_text(errors="replace").splitlines()[-25:]))
     raise TestbedError(f"timed out after {timeout_s:.0f}s waiting for {what}"
-                       + (f" (last error: {last_exc})" if last_exc else "") + tail)
+                       + (f" (last error: {last_exc})" if last_exc else "") + _tail(log))
+
+
+def _tail(log: Path | None, lines: int = 25) -> str:
+    if log is None or not log.exists():
+        return ""
+    return "\n--- last lines of %s ---\n%s" % (log, "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
 
 
 def port_open(port: int) -> bool:

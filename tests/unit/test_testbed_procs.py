@@ -1,0 +1,62 @@
+"""The testbed's process helpers: port choice and waiting on a component that may die."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from raygpu.testing import procs
+from raygpu.testing.procs import TestbedError, free_port, wait_for
+
+
+def test_free_ports_are_distinct_bindable_and_outside_the_ephemeral_range():
+    low = procs._ephemeral_low()
+    ports = [free_port() for _ in range(40)]
+    assert len(set(ports)) == len(ports)
+    for p in ports:
+        assert procs._PORT_LOW <= p < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))  # raises if taken
+
+
+def test_free_port_skips_a_port_that_is_listening(monkeypatch):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        seq = iter([taken, taken, taken + 1 if taken + 1 < 65535 else taken - 1])
+        monkeypatch.setattr(procs, "_PORT_LOW", 1024)
+        monkeypatch.setattr(procs, "_ephemeral_low", lambda: 65536)
+        monkeypatch.setattr(procs.random, "randint", lambda a, b: next(seq))
+        monkeypatch.setattr(procs, "_handed_out", set())
+        assert free_port() != taken
+
+
+def test_wait_for_stops_at_once_when_the_process_died(tmp_path):
+    log = tmp_path / "c.log"
+    log.write_text("listen tcp 127.0.0.1:42799: bind: address already in use\n")
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    proc.wait()
+    t0 = time.monotonic()
+    with pytest.raises(TestbedError, match="exited before it was ready") as err:
+        wait_for("component /readyz", lambda: False, 60, log=log, pid=proc.pid)
+    assert time.monotonic() - t0 < 30
+    assert "address already in use" in str(err.value)
+
+
+def test_wait_for_returns_the_probe_value_while_the_process_lives():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        calls = []
+
+        def probe():
+            calls.append(1)
+            return "ready" if len(calls) >= 3 else None
+        assert wait_for("x", probe, 20, interval_s=0.01, pid=proc.pid) == "ready"
+    finally:
+        proc.kill()
+        proc.wait()
