@@ -23,6 +23,10 @@ from raygpu.model.raycluster import RayClusterView, parse_quantity
 from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
 
 RAYCLUSTER = ("ray.io/v1", "RayCluster")
+# Every request has a deadline (connect, read), so a stalled connection becomes a TransientError the
+# caller retries instead of a thread blocked for good (the Python client's default is no timeout).
+REQUEST_TIMEOUT = (5, 30)
+_T = {"_request_timeout": REQUEST_TIMEOUT}
 
 
 def _convert(exc: Exception, what: str) -> Exception:
@@ -71,7 +75,7 @@ class KubeAdapter:
     # ------------------------------------------------------------ RayCluster
     def raw_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         try:
-            return self._res(*RAYCLUSTER).get(name=name, namespace=namespace).to_dict()
+            return self._res(*RAYCLUSTER).get(name=name, namespace=namespace, **_T).to_dict()
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"RayCluster {namespace}/{name}")
             if isinstance(err, PermanentError) and "not found" in str(err):
@@ -87,7 +91,7 @@ class KubeAdapter:
             raise PermanentError("refusing a RayCluster patch that does not first test metadata.resourceVersion")
         try:
             obj = self._res(*RAYCLUSTER).patch(name=name, namespace=namespace, body=patch,
-                                               content_type="application/json-patch+json")
+                                               content_type="application/json-patch+json", **_T)
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"patch RayCluster {namespace}/{name}")
             # For a custom resource the API server answers a failed ``test`` op
@@ -105,13 +109,13 @@ class KubeAdapter:
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj["metadata"]
         try:
-            return self._res(obj["apiVersion"], obj["kind"]).create(body=obj, namespace=md.get("namespace")).to_dict()
+            return self._res(obj["apiVersion"], obj["kind"]).create(body=obj, namespace=md.get("namespace"), **_T).to_dict()
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"create {obj['kind']} {md.get('namespace')}/{md['name']}") from e
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:
-            return self._res(api_version, kind).get(name=name, namespace=namespace).to_dict()
+            return self._res(api_version, kind).get(name=name, namespace=namespace, **_T).to_dict()
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"get {kind} {namespace}/{name}")
             if isinstance(err, PermanentError) and "not found" in str(err):
@@ -121,7 +125,7 @@ class KubeAdapter:
     def list(self, api_version: str, kind: str, namespace: str | None = None,
              label_selector: str = "") -> list[dict[str, Any]]:
         try:
-            return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector).to_dict()["items"]
+            return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector, **_T).to_dict()["items"]
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"list {kind} in {namespace}") from e
 
@@ -129,7 +133,7 @@ class KubeAdapter:
                     body: dict[str, Any]) -> dict[str, Any]:
         try:
             return self._res(api_version, kind).patch(name=name, namespace=namespace, body=body,
-                                                      content_type="application/merge-patch+json").to_dict()
+                                                      content_type="application/merge-patch+json", **_T).to_dict()
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"patch {kind} {namespace}/{name}") from e
 
@@ -137,7 +141,7 @@ class KubeAdapter:
         """Delete (foreground-free, background propagation). False if it was already gone."""
         try:
             self._res(api_version, kind).delete(name=name, namespace=namespace,
-                                                body={"propagationPolicy": "Background"})
+                                                body={"propagationPolicy": "Background"}, **_T)
             return True
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"delete {kind} {namespace}/{name}")
@@ -150,16 +154,16 @@ class KubeAdapter:
         sel = "ray.io/is-ray-node=yes" + (f",ray.io/cluster={cluster}" if cluster else "")
         try:
             if namespace:
-                resp = self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False)
+                resp = self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False, **_T)
             else:
-                resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
+                resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False, **_T)
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"list Ray pods in {namespace}") from e
         return [pod_view(p) for p in json.loads(resp.data)["items"]]
 
     def nodes(self) -> list[K8sNodeView]:
         try:
-            resp = self.core.list_node(_preload_content=False)
+            resp = self.core.list_node(_preload_content=False, **_T)
         except Exception as e:  # noqa: BLE001
             raise _convert(e, "list nodes") from e
         return [node_view(n) for n in json.loads(resp.data)["items"]]
@@ -174,7 +178,7 @@ class KubeAdapter:
                 "source": {"component": component}, "firstTimestamp": now.isoformat(),
                 "lastTimestamp": now.isoformat(), "count": 1, "reportingComponent": component}
         try:
-            self.core.create_namespaced_event(ns, body)
+            self.core.create_namespaced_event(ns, body, **_T)
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}") from e
 

@@ -204,7 +204,8 @@ def _gang(readers, sampler, result: RunResult, tmp: Path, timeout_s: float, prog
             raise RuntimeError(f"a driver failed: {[readers[t].first('error') for t in TENANTS]}")
         time.sleep(0.25)
     if first is None:
-        raise RuntimeError("no tenant's gang became ready within the timeout")
+        seen = {t: [e.get("message") or e["event"] for e in list(readers[t].out)][-8:] for t in TENANTS}
+        raise RuntimeError(f"no tenant's gang became ready within the timeout; the drivers said: {seen}")
     sampler.ready.add(first)
     other = TENANTS[1 - TENANTS.index(first)]
     progress(f"  {first}: all pods reserved together, placement group READY after "

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from raygpu.testing import procs
-from raygpu.testing.procs import TestbedError, free_port, wait_for
+from raygpu.testing.procs import free_port, wait_for
 
 
 def test_free_ports_are_distinct_bindable_and_outside_the_ephemeral_range():
@@ -42,7 +42,7 @@ def test_wait_for_stops_at_once_when_the_process_died(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
     proc.wait()
     t0 = time.monotonic()
-    with pytest.raises(TestbedError, match="exited before it was ready") as err:
+    with pytest.raises(procs.TestbedError, match="exited before it was ready") as err:
         wait_for("component /readyz", lambda: False, 60, log=log, pid=proc.pid)
     assert time.monotonic() - t0 < 30
     assert "address already in use" in str(err.value)
