@@ -96,8 +96,10 @@ def _driver(address: str, mode: str, cluster: str, ns: str, backend: str | None,
         argv += ["--backend", backend]
     if queue:
         argv += ["--queue", queue]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=dict(os.environ, KUBECONFIG=str(kubeconfig)))
+    # stderr (Ray's and Python's own messages) goes next to the release file, for when a run goes wrong
+    with open(release_file.parent / f"driver-{cluster}.stderr", "w") as err:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True,
+                                env=dict(os.environ, KUBECONFIG=str(kubeconfig)))
 
 
 class _Events(threading.Thread):
@@ -107,8 +109,11 @@ class _Events(threading.Thread):
 
     def run(self) -> None:
         for line in self.proc.stdout:  # type: ignore[union-attr]
+            start = line.find('{"event"')  # an event may follow text something else left without a newline
+            if start < 0:
+                continue
             try:
-                self.out.append(json.loads(line))
+                self.out.append(json.loads(line[start:]))
             except ValueError:
                 pass
 
@@ -205,7 +210,8 @@ def _gang(readers, sampler, result: RunResult, tmp: Path, timeout_s: float, prog
         time.sleep(0.25)
     if first is None:
         seen = {t: [e.get("message") or e["event"] for e in list(readers[t].out)][-8:] for t in TENANTS}
-        raise RuntimeError(f"no tenant's gang became ready within the timeout; the drivers said: {seen}")
+        raise RuntimeError(f"no tenant's gang became ready within the timeout; the drivers said: {seen}; "
+                           f"their stderr is in {tmp}")
     sampler.ready.add(first)
     other = TENANTS[1 - TENANTS.index(first)]
     progress(f"  {first}: all pods reserved together, placement group READY after "
