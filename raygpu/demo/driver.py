@@ -12,8 +12,10 @@ when that file appears (how the demo says "tenant A is done").
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--release-file", default=None)
     ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     args = ap.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1` dumps every thread's stack to stderr
 
     import ray
     ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import ray
@@ -18,6 +19,9 @@ from raygpu.model.shapes import GpuKind
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.util import alive_ray_nodes, pods, ray_address, wait_for
+
+
+EXIT_AFTER_CTRL_C_S = 12  # a user's Ctrl-C returns the prompt within about 10 s
 
 
 def _leftovers(kube: KubeAdapter, ns: str, cluster: str) -> dict:
@@ -112,19 +116,32 @@ def test_timeout_rolls_everything_back(testbed, ns, cluster):
     assert left is not None
 
 
-def test_interrupted_driver_leaves_nothing(testbed, ns, cluster):
+def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path):
     addr = ray.get_runtime_context().gcs_address
-    proc = subprocess.Popen([sys.executable, "-m", "raygpu.demo.driver", "--address", addr, "--mode", "raygpu",
-                             "--cluster", cluster, "--namespace", ns, "--bundles", "3", "--backend", "coscheduling",
-                             "--timeout-s", "300", "--kubeconfig", str(testbed.kubeconfig), "--name", "ctrlc"],
-                            stdout=subprocess.PIPE, text=True)
+    err_path = tmp_path / "driver.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "raygpu.demo.driver", "--address", addr, "--mode", "raygpu",
+                                 "--cluster", cluster, "--namespace", ns, "--bundles", "3", "--backend",
+                                 "coscheduling", "--timeout-s", "300", "--kubeconfig", str(testbed.kubeconfig),
+                                 "--name", "ctrlc"], stdout=subprocess.PIPE, stderr=err, text=True)
     kube = KubeAdapter(str(testbed.kubeconfig))
     for line in proc.stdout:
         if json.loads(line)["event"] == "created":
             break
     assert _leftovers(kube, ns, cluster)["state_configmaps"], "the reservation exists before Ctrl-C"
+    t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
-    proc.wait(timeout=150)  # the driver releases on its way out (draining pods takes a while)
+    try:
+        proc.wait(timeout=EXIT_AFTER_CTRL_C_S * 3)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)  # the driver's faulthandler dumps every thread's stack to stderr
+        wait_for("the driver's stack dump", lambda: "most recent call first" in err_path.read_text(), 10)
+        proc.kill()
+        pytest.fail(f"the driver did not exit within {EXIT_AFTER_CTRL_C_S * 3} s of Ctrl-C; its stderr ends:\n"
+                    + err_path.read_text()[-6000:])
+    exit_s = time.monotonic() - t0
+    assert exit_s <= EXIT_AFTER_CTRL_C_S, (f"the driver took {exit_s:.1f} s to exit after Ctrl-C; stderr ends:\n"
+                                           + err_path.read_text()[-3000:])
     assert wait_for("nothing left after Ctrl-C", lambda: _nothing_left(kube, ns, cluster) or None, 90) is not None
 
 
