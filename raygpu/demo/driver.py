@@ -4,7 +4,7 @@
         [--backend coscheduling|kueue|none] [--queue Q] [--bundles 6] [--gpus 8]
         [--strategy STRICT_SPREAD] [--timeout-s 120] [--hold-s 0] [--release-file F]
 
-Prints one JSON object per line on stdout: ``{"event": "created"|"ready"|"timeout"|"error"|"released",
+Prints one JSON object per line on stdout: ``{"event": "created"|"ready"|"timeout"|"error"|"released"|"interrupted",
 "t": <unix s>, ...}``. With ``--release-file`` it removes its placement group
 when that file appears (how the demo says "tenant A is done").
 """
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
     bundles = [{"GPU": args.gpus}] * args.bundles
+    pg = None
     try:
         if args.mode == "plain":
             from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
@@ -71,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             raygpu.remove_placement_group(pg)
         emit("released")
         return 0
+    except KeyboardInterrupt:
+        emit("interrupted")
+        if args.mode == "raygpu" and pg is not None:
+            pg.interrupt()  # bounded: the prompt comes back in seconds, a detached finisher does the rest
+        return 130
     except Exception as e:  # noqa: BLE001 - reported to the caller as data
         emit("error", type=type(e).__name__, message=str(e))
         return 1

@@ -10,11 +10,21 @@ reservation (reserved -> admitted -> bound -> ready) and rolls everything back
 if it is not ready within ``timeout_s``. ``remove_placement_group``, the
 context manager, interpreter exit and Ctrl-C all release it; a driver killed
 outright is collected by the sidecar's garbage collection.
+
+Ctrl-C and interpreter exit are bounded: within ``EXIT_BUDGET_S`` the Ray PG
+is removed, the state made terminal and the worker group scaled to zero; the
+wait for the pods to terminate and the emptied group's removal are handed to
+a detached ``python -m raygpu.gang.finisher`` (and, should that die too, to
+the sidecar's garbage collection), so the prompt comes back at once.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -22,11 +32,14 @@ from typing import Any, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError
-from raygpu.gang.reservation import Reservation, reserve
+from raygpu.gang.reservation import GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, reserve
 from raygpu.model.gang import LABEL_RESERVATION, GangPlan, GangRequest, ReservationState
 from raygpu.plan.gang import plan_gang
 
 HEARTBEAT_EVERY_S = 10.0
+EXIT_BUDGET_S = 5.0  # Ctrl-C / interpreter exit: the most the release may delay the prompt
+WATCHDOG_JOIN_S = 5.0  # a release first waits this long for the watchdog's step in flight
+EXIT_DRAIN_S = 3.0  # ... of which waiting for the pods to go; the finisher waits for the rest
 _LIVE: set["GangPlacementGroup"] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -55,8 +68,10 @@ def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK"
 class GangPlacementGroup:
     """A Ray placement group whose bundles sit on pods reserved for it as one gang."""
 
-    def __init__(self, reservation: Reservation, progress: Callable[[str], None]) -> None:
+    def __init__(self, reservation: Reservation, progress: Callable[[str], None],
+                 kubeconfig: str | None = None) -> None:
         self.reservation = reservation
+        self._kubeconfig = kubeconfig  # for the finisher, which builds its own client the same way
         self.placement_group: Any = None  # the Ray PG, created once the reserved Ray nodes joined
         self._pg_created = threading.Event()
         self._progress = progress
@@ -104,8 +119,25 @@ class GangPlacementGroup:
         return False
 
     def remove(self) -> None:
-        """Remove the Ray placement group and release the reservation. Idempotent."""
+        """Remove the Ray placement group and release the reservation. Idempotent.
+
+        Waits up to ``RELEASE_DRAIN_S`` for the reserved pods to go, then
+        removes their worker group; pods that outlive the wait are left to the
+        sidecar's garbage collection (the state is terminal by then).
+        """
         self._finish(None)
+
+    def interrupt(self, reason: str = "interrupted (Ctrl-C)", budget_s: float = EXIT_BUDGET_S) -> None:
+        """Release within ``budget_s`` seconds, for Ctrl-C and interpreter exit. Idempotent.
+
+        Removes the Ray placement group, makes the state terminal and scales
+        the worker group to zero, waiting at most ``EXIT_DRAIN_S`` for the
+        pods; whatever is left (pods terminating, the emptied group, the state
+        ConfigMap) is finished by a detached ``python -m raygpu.gang.finisher``.
+        A Kubernetes request that hangs past the budget is abandoned, not
+        waited for: the finisher, or the sidecar's garbage collection, completes it.
+        """
+        self._finish(reason, budget_s=budget_s)
 
     # ------------------------------------------------------------- watchdog
     def _reserved_ray_nodes(self) -> int:
@@ -158,27 +190,71 @@ class GangPlacementGroup:
                 self._progress(f"watchdog: {e}")
             self._stop.wait(0.5)
 
-    def _finish(self, failure: str | None) -> None:
+    def _finish(self, failure: str | None, budget_s: float | None = None) -> None:
+        """Release once: synchronously (``budget_s`` None), or bounded by ``budget_s`` with a hand-off."""
         with self._lock:
             if self._released:
                 return
             self._released = True
         self._stop.set()
         self.error = failure
+        if threading.current_thread() is not self._thread:  # let a watchdog step in flight end first
+            self._thread.join(WATCHDOG_JOIN_S if budget_s is None else min(0.5, budget_s))
+        if budget_s is None:
+            self._release(failure, RELEASE_DRAIN_S)
+            return
+        outcome: list[str] = []
+        worker = threading.Thread(target=lambda: outcome.append(self._release(failure, min(EXIT_DRAIN_S, budget_s))),
+                                  name=f"raygpu-release-{self.plan.gang_name}", daemon=True)
+        worker.start()
+        worker.join(budget_s)
+        if outcome != ["done"]:  # pods still terminating, a request still hanging, or the release failed
+            self._hand_off(outcome[0] if outcome else f"not done within {budget_s:g} s")
+            self._done.set()
+
+    def _release(self, failure: str | None, drain_timeout_s: float) -> str:
+        """Remove the Ray PG, then the reservation; returns "done", "draining" or the error."""
         from ray.util import remove_placement_group
+        result = "done"
         if self.placement_group is not None:
             try:
                 remove_placement_group(self.placement_group)
             except Exception:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
                 pass
         try:
-            self.reservation.release(failed=failure)
+            if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) == GROUP_DRAINING:
+                result = "draining"
+        except Exception as e:  # noqa: BLE001 - reported; the caller decides who finishes
+            result = f"release failed: {e}"
+            if drain_timeout_s >= RELEASE_DRAIN_S:
+                raise
         finally:
-            self._done.set()
+            if result == "done" or drain_timeout_s >= RELEASE_DRAIN_S:
+                self._done.set()
         self._progress(f"reservation {self.plan.reservation_group} "
-                       f"{'rolled back: ' + failure if failure else 'released'}")
+                       f"{'rolled back: ' + failure if failure else 'released'}"
+                       + ("" if result == "done" else f" ({result})"))
         with _LIVE_LOCK:
             _LIVE.discard(self)
+        return result
+
+    def _hand_off(self, why: str) -> None:
+        """Start the detached finisher for what the bounded release left; never raises."""
+        ns, name = self.plan.namespace, self.plan.gang_name
+        cmd = [sys.executable, "-m", "raygpu.gang.finisher", "--namespace", ns, "--cluster", self.plan.cluster,
+               "--reservation", name]
+        if self._kubeconfig:
+            cmd += ["--kubeconfig", self._kubeconfig]
+        log_path = os.path.join(tempfile.gettempdir(), f"raygpu-finisher-{ns}-{name}.log")
+        try:
+            with open(log_path, "ab") as log:
+                subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                 close_fds=True)
+            self._progress(f"reservation {self.plan.reservation_group}: {why}; the rest is finished in the "
+                           f"background (log {log_path}), else by the sidecar's garbage collection")
+        except Exception as e:  # noqa: BLE001 - at exit nothing may raise; the sidecar's GC is the backstop
+            self._progress(f"reservation {self.plan.reservation_group}: {why}; could not start the finisher "
+                           f"({e}): the sidecar's garbage collection finishes the release")
 
 
 def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
@@ -205,7 +281,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
     req = _request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=job)
     kube = KubeAdapter(kubeconfig)
     rsv = reserve(kube, req, time.time(), progress=say)
-    gpg = GangPlacementGroup(rsv, say)
+    gpg = GangPlacementGroup(rsv, say, kubeconfig)
     with _LIVE_LOCK:
         _LIVE.add(gpg)
     return gpg
@@ -223,16 +299,22 @@ def gang_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK"
     pg = placement_group(bundles, strategy, **kwargs)
     try:
         yield pg
+    except KeyboardInterrupt:
+        pg.interrupt()
+        raise
     finally:
-        pg.remove()
+        pg.remove()  # a no-op after interrupt()
 
 
 @atexit.register
 def _release_all() -> None:
+    """At interpreter exit (also after an uncaught Ctrl-C): release every live PG within one budget."""
     with _LIVE_LOCK:
         live = list(_LIVE)
-    for pg in live:
-        try:
-            pg._finish("driver exited before removing its placement group")
-        except Exception:  # noqa: BLE001
-            pass
+    deadline = time.monotonic() + EXIT_BUDGET_S
+    workers = [threading.Thread(target=pg.interrupt, args=("driver exited before removing its placement group",
+                                                           EXIT_BUDGET_S), daemon=True) for pg in live]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(max(0.0, deadline - time.monotonic()) + 1.0)  # each interrupt() keeps its own budget

@@ -33,6 +33,7 @@ from raygpu.plan.patch import (add_worker_group, raycluster_patch, remove_worker
                                set_workers_to_delete)
 
 MAX_REPLANS = 5
+RELEASE_DRAIN_S = 60.0  # how long a release waits for the reservation's pods to go
 ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"
 ANNOTATION_DEADLINE = "raygpu.io/deadline-at"
 
@@ -98,23 +99,27 @@ class Reservation:
         self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {ANNOTATION_PLACEMENT_GROUP: pg_id}}})
 
     # --------------------------------------------------------------- release
-    def release(self, failed: str | None = None) -> None:
+    def release(self, failed: str | None = None, drain_timeout_s: float = RELEASE_DRAIN_S) -> str:
         """Remove the worker group, the gang objects and the state ConfigMap. Idempotent.
 
         ``failed`` (a reason) walks FAILED -> ROLLED_BACK instead of RELEASED.
+        Waits up to ``drain_timeout_s`` for the group's pods to go. Returns
+        ``GROUP_DRAINING`` when they outlived the wait: the state is then
+        terminal and the zero-replica group and the state ConfigMap stay for
+        ``finish_release`` (or the sidecar's garbage collection) to remove.
         """
         if failed and self.state not in (ReservationState.FAILED, ReservationState.ROLLED_BACK):
             if self.state == ReservationState.RELEASED:
-                return
+                return GROUP_ABSENT
             self.transition(ReservationState.FAILED, failed)
         final = ReservationState.ROLLED_BACK if self.state == ReservationState.FAILED else ReservationState.RELEASED
         group = remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster,
-                                         self.plan.reservation_group)
+                                         self.plan.reservation_group, drain_timeout_s=drain_timeout_s)
         if group == GROUP_DRAINING:
             # pods outlived the drain wait: keep the zero-replica group and the state object (now terminal),
-            # so the sidecar's garbage collection removes both once KubeRay has deleted the pods
-            self.transition(final, "pods still terminating; the sidecar removes the group when they are gone")
-            return
+            # so that finish_release or the sidecar's garbage collection removes both once the pods are gone
+            self.transition(final, "pods still terminating; the group is removed when they are gone")
+            return group
         api, kind, name, ns = self.state_object
         self.kube.delete(api, kind, name, ns)  # PodGroups are owned by it: the GC deletes them
         for obj in get_backend(self.plan.backend).gang_objects(self.plan, self.request, None):
@@ -122,13 +127,14 @@ class Reservation:
         if self.state not in (ReservationState.RELEASED, ReservationState.ROLLED_BACK):
             self.state = check_transition(self.state, final)
             self.history.append(final.value)
+        return group
 
 
 GROUP_ABSENT, GROUP_DRAINING, GROUP_REMOVED = "absent", "draining", "removed"
 
 
 def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, group: str,
-                             drain_timeout_s: float = 60.0) -> str:
+                             drain_timeout_s: float = RELEASE_DRAIN_S) -> str:
     """Take worker group ``group`` out of the RayCluster, its pods first; re-read on every conflict.
 
     KubeRay never deletes the pods of a group that left the spec, so this
@@ -181,6 +187,24 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
             return GROUP_DRAINING
         time.sleep(0.5)
     return GROUP_REMOVED if patch(lambda idx, view: remove_worker_group(idx, group)) else GROUP_ABSENT
+
+
+def finish_release(kube: KubeAdapter, namespace: str, cluster: str, reservation: str, group: str,
+                   drain_timeout_s: float = 0.0) -> tuple[str, bool]:
+    """Finish releasing reservation ``reservation`` (its state ConfigMap) whose worker group is ``group``.
+
+    Scales the group to zero (KubeRay deletes the pods), waits up to
+    ``drain_timeout_s`` (0: never blocks) for them to go, then removes the
+    group and deletes the state ConfigMap; the backend's gang objects are
+    owned by the ConfigMap, so Kubernetes' garbage collector deletes them.
+    Idempotent. Returns (``"removed"``, ``"absent"`` or ``"draining"``,
+    ConfigMap deleted); while draining the ConfigMap stays, so that calling
+    again finishes the job. Raises RayGpuError on failure.
+    """
+    outcome = remove_reservation_group(kube, namespace, cluster, group, drain_timeout_s=drain_timeout_s)
+    if outcome == GROUP_DRAINING:
+        return outcome, False
+    return outcome, kube.delete("v1", "ConfigMap", reservation, namespace)
 
 
 def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
@@ -245,7 +269,9 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         rsv.transition(ReservationState.RESERVED, f"worker group {plan.reservation_group} x{plan.pod_count}")
         return rsv
     except BaseException as e:
-        rsv.release(failed=f"reserve failed: {e}")
+        # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC
+        rsv.release(failed=f"reserve failed: {e!r}" if isinstance(e, KeyboardInterrupt) else f"reserve failed: {e}",
+                    drain_timeout_s=3.0 if isinstance(e, KeyboardInterrupt) else RELEASE_DRAIN_S)
         raise
 
 
@@ -263,4 +289,4 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["Reservation", "reserve", "remove_reservation_group", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]
+__all__ = ["Reservation", "reserve", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]

@@ -18,7 +18,7 @@ from enum import Enum
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, RayGpuError
-from raygpu.gang.reservation import GROUP_DRAINING, remove_reservation_group
+from raygpu.gang.reservation import finish_release
 from raygpu.model.gc import GcDecision
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPlan
@@ -82,7 +82,4 @@ def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decisio
     so the next cycle's plan releases it again and finishes. Raises RayGpuError
     on failure.
     """
-    group = remove_reservation_group(kube, namespace, cluster, decision.group, drain_timeout_s=0)
-    if group == GROUP_DRAINING:
-        return group, False
-    return group, kube.delete("v1", "ConfigMap", decision.reservation, namespace)
+    return finish_release(kube, namespace, cluster, decision.reservation, decision.group, drain_timeout_s=0)

@@ -18,7 +18,7 @@ from raygpu.model.gang import LABEL_RESERVATION
 from raygpu.model.shapes import GpuKind
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
-from tests.integration.util import alive_ray_nodes, pods, ray_address, wait_for
+from tests.integration.util import alive_ray_nodes, pods, popen_as_foreground, ray_address, wait_for
 
 
 EXIT_AFTER_CTRL_C_S = 12  # a user's Ctrl-C returns the prompt within about 10 s
@@ -116,18 +116,25 @@ def test_timeout_rolls_everything_back(testbed, ns, cluster):
     assert left is not None
 
 
-def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path):
+@pytest.mark.parametrize("when", ["waiting", "ready"])
+def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path, when):
+    """Ctrl-C while the gang waits (3 x 8 GPUs on 2 nodes, coscheduling: never admitted) or once it is ready
+    (2 Running pods with Ray nodes and a placement group on them, whose release takes longer than the exit)."""
     addr = ray.get_runtime_context().gcs_address
     err_path = tmp_path / "driver.stderr"
+    bundles, backend, until = ("3", "coscheduling", "created") if when == "waiting" else ("2", "none", "ready")
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "raygpu.demo.driver", "--address", addr, "--mode", "raygpu",
-                                 "--cluster", cluster, "--namespace", ns, "--bundles", "3", "--backend",
-                                 "coscheduling", "--timeout-s", "300", "--kubeconfig", str(testbed.kubeconfig),
-                                 "--name", "ctrlc"], stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = popen_as_foreground([sys.executable, "-m", "raygpu.demo.driver", "--address", addr, "--mode",
+                                    "raygpu", "--cluster", cluster, "--namespace", ns, "--bundles", bundles,
+                                    "--backend", backend, "--timeout-s", "150", "--kubeconfig", str(testbed.kubeconfig),
+                                    "--name", "ctrlc"], stdout=subprocess.PIPE, stderr=err, text=True)
     kube = KubeAdapter(str(testbed.kubeconfig))
+    events = []
     for line in proc.stdout:
-        if json.loads(line)["event"] == "created":
+        events.append(json.loads(line))
+        if events[-1]["event"] in (until, "timeout", "error"):
             break
+    assert events[-1]["event"] == until, f"the driver did not get to {until!r}: {events}"
     assert _leftovers(kube, ns, cluster)["state_configmaps"], "the reservation exists before Ctrl-C"
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
@@ -140,9 +147,12 @@ def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path):
         pytest.fail(f"the driver did not exit within {EXIT_AFTER_CTRL_C_S * 3} s of Ctrl-C; its stderr ends:\n"
                     + err_path.read_text()[-6000:])
     exit_s = time.monotonic() - t0
-    assert exit_s <= EXIT_AFTER_CTRL_C_S, (f"the driver took {exit_s:.1f} s to exit after Ctrl-C; stderr ends:\n"
-                                           + err_path.read_text()[-3000:])
-    assert wait_for("nothing left after Ctrl-C", lambda: _nothing_left(kube, ns, cluster) or None, 90) is not None
+    after = [json.loads(line) for line in proc.stdout.read().splitlines() if line.startswith("{")]
+    said = "\n".join(str(e) for e in after) + "\nstderr ends:\n" + err_path.read_text()[-3000:]
+    assert exit_s <= EXIT_AFTER_CTRL_C_S, f"the driver took {exit_s:.1f} s to exit after Ctrl-C:\n{said}"
+    assert proc.returncode == 130 and any(e["event"] == "interrupted" for e in after), said
+    left = wait_for("nothing left after Ctrl-C", lambda: _nothing_left(kube, ns, cluster) or None, 90)
+    assert left is not None, said
 
 
 def test_mig_bundles_are_planned_as_slices_and_land(testbed, ns, pool, kube):
@@ -180,3 +190,22 @@ def test_example_gang_training_runs(testbed, ns, cluster):
     assert "trained on 2 reserved pods" in out.stdout
     kube = KubeAdapter(str(testbed.kubeconfig))
     assert wait_for("released after the example", lambda: _nothing_left(kube, ns, cluster) or None, 60)
+
+
+@pytest.mark.parametrize("state, cluster_label", [("ready", "c"), ("released", "other")])
+def test_the_finisher_refuses_what_its_driver_did_not_release(testbed, ns, pool, kube, state, cluster_label):
+    """A user's ConfigMap and worker group that look like a reservation: the background finisher leaves both."""
+    apply(kube, m.raycluster("c", ns, [m.worker_group("rg-mine", replicas=0, pool=pool.name)], pool=pool.name))
+    adapter = KubeAdapter(str(testbed.kubeconfig))
+    adapter.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "mine", "namespace": ns, "labels": {LABEL_RESERVATION: "rg-mine", "raygpu.io/cluster": cluster_label},
+        "annotations": {"raygpu.io/reservation-state": state}}})
+    rv = adapter.get_raycluster(ns, "c").resource_version
+    out = subprocess.run([sys.executable, "-m", "raygpu.gang.finisher", "--namespace", ns, "--cluster", "c",
+                          "--reservation", "mine", "--kubeconfig", str(testbed.kubeconfig), "--drain-timeout-s", "5"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert json.loads(out.stdout)["event"] == "refused", out.stdout
+    assert adapter.get("v1", "ConfigMap", "mine", ns) is not None
+    view = adapter.get_raycluster(ns, "c")
+    assert view.resource_version == rv and view.group("rg-mine") is not None, "the user's RayCluster was written"

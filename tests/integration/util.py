@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import time
 from typing import Any, Callable
 
 from raygpu.testing.procs import wait_for
 
-__all__ = ["wait_for", "pods", "ray_status", "ray_address", "holds_for"]
+__all__ = ["wait_for", "pods", "ray_status", "ray_address", "holds_for", "popen_as_foreground"]
 
 
 def pods(core, ns: str, selector: str = "") -> list[dict[str, Any]]:
@@ -41,3 +43,19 @@ def holds_for(what: str, probe: Callable[[], bool], hold_s: float, interval_s: f
     while time.monotonic() < deadline:
         assert probe(), f"{what} stopped holding"
         time.sleep(interval_s)
+
+
+def popen_as_foreground(argv: list[str], **kwargs) -> subprocess.Popen:
+    """Start ``argv`` with SIGINT at its default disposition, as a terminal's foreground job has it.
+
+    A test run started in the background of a non-interactive shell (``cmd &``, as a CI harness or
+    ``nohup`` may do) inherits SIGINT *ignored* (POSIX), and an ignored signal stays ignored across
+    fork and exec: a Python child then never raises KeyboardInterrupt, and a test's ``kill -INT``
+    stands for no user's Ctrl-C. Setting a handler here for the duration of the fork makes the exec'd
+    child start with SIG_DFL (exec resets handled signals to their default). Main thread only.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,82 @@
+"""Finish a reservation's release after its driver has gone (``python -m raygpu.gang.finisher``).
+
+A driver interrupted with Ctrl-C, or exiting with placement groups still
+live, must give the prompt back within seconds, but the reservation's pods
+may take far longer to terminate. So the driver releases what it can within
+``EXIT_BUDGET_S`` (Ray placement group removed, state made terminal, worker
+group scaled to zero) and starts this program, detached in its own session,
+to wait for the pods and remove the emptied worker group and the state
+ConfigMap. If this program cannot finish either (killed with the driver's
+container, API server unreachable), the sidecar's garbage collection does:
+the state it left is terminal.
+
+It only touches a reservation it can prove raygpu created and its driver
+released: a state ConfigMap with the labels ``raygpu.io/reservation`` and
+``raygpu.io/cluster`` of the named cluster, in state failed, released or
+rolled_back. Exit codes: 0 finished (or nothing left), 1 pods still there at
+the deadline (the sidecar finishes), 2 refused (bad arguments, not ours,
+not released by its driver) or an API error. One JSON line on stdout says
+what happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+FINISH_DRAIN_S = 300.0  # how long the finisher waits for the reservation's pods to terminate
+_RELEASED_STATES = {"failed", "released", "rolled_back"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m raygpu.gang.finisher", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--namespace", required=True)
+    ap.add_argument("--cluster", required=True, help="the RayCluster the reservation belongs to")
+    ap.add_argument("--reservation", required=True, help="the reservation's state ConfigMap (its gang name)")
+    ap.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, ~/.kube/config, then in-cluster")
+    ap.add_argument("--drain-timeout-s", type=float, default=FINISH_DRAIN_S,
+                    help=f"how long to wait for the pods to terminate (default {FINISH_DRAIN_S:g})")
+    args = ap.parse_args(argv)
+    if args.drain_timeout_s < 0:
+        return _say(2, "refused", args, reason="--drain-timeout-s must be >= 0")
+
+    from raygpu.adapters.kube import KubeAdapter
+    from raygpu.errors import RayGpuError
+    from raygpu.gang.reservation import GROUP_DRAINING, finish_release
+    from raygpu.model.gang import ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION
+    from raygpu.plan.gang import dns_label
+
+    t0 = time.monotonic()
+    try:
+        kube = KubeAdapter(args.kubeconfig)
+        cm = kube.get("v1", "ConfigMap", args.reservation, args.namespace)
+        if cm is None:
+            return _say(0, "nothing-left", args)
+        md = cm.get("metadata") or {}
+        labels, state = md.get("labels") or {}, (md.get("annotations") or {}).get(ANNOTATION_RESERVATION_STATE)
+        group = labels.get(LABEL_RESERVATION)
+        if not group or labels.get(LABEL_CLUSTER) != dns_label(args.cluster):
+            return _say(2, "refused", args, reason="not a raygpu reservation of this cluster (labels "
+                        f"{LABEL_RESERVATION}/{LABEL_CLUSTER} missing or different)")
+        if state not in _RELEASED_STATES:
+            return _say(2, "refused", args, reason=f"state {state!r}: its driver has not released it")
+        outcome, deleted = finish_release(kube, args.namespace, args.cluster, args.reservation, group,
+                                          drain_timeout_s=args.drain_timeout_s)
+    except RayGpuError as e:
+        return _say(2, "error", args, reason=str(e))
+    took_s = round(time.monotonic() - t0, 1)
+    if outcome == GROUP_DRAINING:
+        return _say(1, "draining", args, group=group, took_s=took_s)
+    return _say(0, "finished", args, group=group, group_outcome=outcome, configmap_deleted=deleted, took_s=took_s)
+
+
+def _say(code: int, event: str, args: argparse.Namespace, **kw) -> int:
+    print(json.dumps({"event": event, "namespace": args.namespace, "cluster": args.cluster,
+                      "reservation": args.reservation, "t": time.time(), **kw}), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
