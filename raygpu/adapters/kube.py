@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from raygpu.errors import ConflictError, PermanentError, TransientError
+from raygpu.model.base import timestamp_s
 from raygpu.model.raycluster import RayClusterView, parse_quantity
 from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
 
@@ -183,12 +184,6 @@ class KubeAdapter:
             raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}") from e
 
 
-def _ts(s: str | None) -> float:
-    if not s:
-        return 0.0
-    return dt.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-
-
 def _sum_resources(containers: list[dict[str, Any]], key: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for c in containers:
@@ -213,7 +208,7 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         tolerations=tuple(Toleration(**{k: t.get(k) for k in ("key", "value", "effect") if t.get(k) is not None},
                                      operator=t.get("operator", "Equal")) for t in spec.get("tolerations") or []),
         node_selector=dict(spec.get("nodeSelector") or {}),
-        created_at_s=_ts(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
+        created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
         ray_start_num_gpus=num_gpus)
 

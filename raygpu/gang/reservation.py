@@ -24,17 +24,16 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.gang import (ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_RESERVATION_STATE,
-                               LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, GangPlan, GangRequest,
-                               ReservationState, check_transition)
+from raygpu.model.gang import GangPlan, GangRequest, ReservationState, check_transition
+from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
+                                 ANNOTATION_PLAN_REASON, ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_OWNER_JOB,
+                                 LABEL_RESERVATION, dns_label)
 from raygpu.model.views import K8sPodView
-from raygpu.plan.gang import dns_label, plan_gang
+from raygpu.plan.gang import plan_gang
 from raygpu.plan.patch import (add_worker_group, raycluster_patch, remove_worker_group, set_replicas,
                                set_workers_to_delete)
 
 MAX_REPLANS = 5
-ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"
-ANNOTATION_DEADLINE = "raygpu.io/deadline-at"
 
 
 @dataclass

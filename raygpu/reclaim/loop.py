@@ -39,13 +39,13 @@ from typing import Callable
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError, TransientError
-from raygpu.model.annotations import KEY_RECLAIM, parse_cluster_policy
+from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcPlan
 from raygpu.model.raycluster import RayClusterView
 from raygpu.gang.reservation import GROUP_DRAINING, GROUP_REMOVED
-from raygpu.model.reclaim import RESERVATION_GROUP_PREFIX, DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
+from raygpu.model.labels import KEY_RECLAIM, RESERVATION_GROUP_PREFIX, dns_label
+from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import K8sView, RayView, Snapshot
-from raygpu.plan.gang import dns_label
 from raygpu.plan.gc import plan_gc
 from raygpu.plan.reclaim import plan_reclaim
 from raygpu.reclaim.apply import ApplyStatus, apply_reclaim, release_reservation

@@ -13,7 +13,7 @@ import ray
 
 import raygpu
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.model.gang import LABEL_RESERVATION
+from raygpu.model.labels import LABEL_RESERVATION
 from raygpu.model.shapes import GpuKind
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply

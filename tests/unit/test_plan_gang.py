@@ -13,7 +13,8 @@ from raygpu.model.annotations import ClusterPolicy
 from raygpu.model.gang import ALLOWED_TRANSITIONS, Backend, GangRequest, ReservationState, Strategy, check_transition, \
     is_terminal
 from raygpu.model.shapes import GpuKind
-from raygpu.plan.gang import plan_gang, reservation_group_name
+from raygpu.model.labels import reservation_group_name
+from raygpu.plan.gang import plan_gang
 from raygpu.plan.patch import add_worker_group, raycluster_patch, remove_worker_group, set_replicas, \
     set_workers_to_delete
 
