@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from raygpu.errors import ConflictError, PermanentError
+from raygpu.errors import ConflictError, InvalidError, PermanentError
 from raygpu.model.gc import ReservationRecord
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy, ReclaimReason
@@ -347,7 +347,7 @@ class FakeKube:
             out = json_patch(self.raw, patch)
         except PatchRejected as e:
             if self.bare_422:
-                raise PermanentError(f"patch RayCluster {namespace}/{name}: 422: the server rejected our request "
+                raise InvalidError(f"patch RayCluster {namespace}/{name}: 422: the server rejected our request "
                                      "due to an error in our request") from e
             raise ConflictError(str(e)) from e
         self.patches.append(patch)
