@@ -6,7 +6,7 @@ pods of 4 GPUs per node, 1% phantom pods, 1% zero-allocatable nodes, N/10
 Pending pods), with every 3rd Ray worker idle for 700 s so that the reclaimer
 has candidates. Timed per cycle, median of ``--runs``:
 
-* ``reconcile``: ``raygpu.plan.reconcile.reconcile(snapshot, now)``.
+* ``reconcile``: ``raygpu.plan.doctor.reconcile.reconcile(snapshot, now)``.
 * ``reclaim``: ``raygpu.plan.reclaim.plan_reclaim`` on the same snapshot and a
   RayCluster whose group ``gpu-group`` has replicas = 2N (idle timeout 600 s).
 * ``gang``: ``raygpu.plan.gang.plan_gang`` for N/10 pending placement groups of
@@ -43,7 +43,7 @@ from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.plan.gang import plan_gang
 from raygpu.plan.reclaim import plan_reclaim
-from raygpu.plan.reconcile import reconcile
+from raygpu.plan.doctor.reconcile import reconcile
 
 GiB = 2**30
 FULL = (500, 1000, 2000, 5000, 10000)

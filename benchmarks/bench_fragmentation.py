@@ -1,7 +1,7 @@
 """Fragmentation on the openb cluster: spread vs best-fit vs best-fit + raygpu's reclaimer, as the cluster fills.
 
 A placement simulation whose stranded-GPU numbers come from the doctor's own
-arithmetic (``raygpu.plan.stranded.stranded_gpus``) and whose raygpu
+arithmetic (``raygpu.plan.doctor.stranded.stranded_gpus``) and whose raygpu
 scale-down choice comes from the reclaimer itself
 (``raygpu.plan.reclaim.plan_reclaim``, which orders idle workers by
 ``_defrag_key``: removals that free whole Kubernetes nodes first). Both are
@@ -96,7 +96,7 @@ from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.model.views import K8sNodeView, K8sPodView, K8sView, RayNodeView, RayView, Snapshot
 from raygpu.plan.reclaim import plan_reclaim
-from raygpu.plan.stranded import stranded_gpus
+from raygpu.plan.doctor.stranded import stranded_gpus
 
 MiB = 2**20
 POLICIES = ("spread", "best-fit", "raygpu")

@@ -38,7 +38,7 @@ from raygpu.model.views import (  # noqa: E402
     RayView,
     Snapshot,
 )
-from raygpu.plan.reconcile import reconcile  # noqa: E402
+from raygpu.plan.doctor.reconcile import reconcile  # noqa: E402
 
 GiB = 2**30
 NOW_S = 1_000_000.0

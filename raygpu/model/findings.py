@@ -3,7 +3,7 @@
 A :class:`Finding` names one disagreement between the three views of a GPU
 (Ray's, kubelet's, NVML's), the :class:`Layer` whose fault explains it, the
 numbers each view gave (:class:`Evidence`) and where to look to fix it.
-:class:`DoctorReport` is what ``raygpu.plan.reconcile.reconcile`` returns and
+:class:`DoctorReport` is what ``raygpu.plan.doctor.reconcile.reconcile`` returns and
 what ``raygpu doctor`` renders.
 
 Pure data: no I/O, no clock, no ray / kubernetes / pynvml imports.

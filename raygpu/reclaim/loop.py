@@ -49,7 +49,7 @@ from raygpu.model.views import K8sView, RayView, Snapshot
 from raygpu.plan.gc import plan_gc
 from raygpu.plan.reclaim import plan_reclaim
 from raygpu.reclaim.apply import ApplyStatus, apply_reclaim, release_reservation
-from raygpu.reclaim.cache import CacheView, ClusterCache
+from raygpu.adapters.kube_watch import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
 
 log = logging.getLogger("raygpu.sidecar")
@@ -111,7 +111,7 @@ class Reclaimer:
         if read_ray is None:
             from raygpu.adapters.ray_gcs import read_ray_view as read_ray
         if read_jobs is None:
-            from raygpu.reclaim.ray_jobs import read_job_liveness as read_jobs
+            from raygpu.adapters.ray_gcs import read_job_liveness as read_jobs
         self.kube, self.cache, self.config = kube, cache, config
         self.metrics = metrics or SidecarMetrics()
         self.clock, self.read_ray, self.read_jobs = clock, read_ray, read_jobs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raygpu.model.labels import LABEL_POOL
-from raygpu.testing.controlplane import SP_SCHEDULER_NAME
+from raygpu.testing.addons import SP_SCHEDULER_NAME
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.util import pods, wait_for

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client, watch
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.reclaim.cache import ClusterCache
+from raygpu.adapters.kube_watch import ClusterCache
 from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import api_client, apply

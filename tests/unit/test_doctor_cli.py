@@ -11,13 +11,13 @@ import pytest
 from snapshots import NOW_S, healthy, snap
 
 from raygpu.cli import build_parser
-from raygpu.commands import doctor
+from raygpu.doctor import run as doctor
 from raygpu.errors import ConflictError, PermanentError
 from raygpu.model.findings import DoctorReport
 from raygpu.model.raycluster import RayClusterView
-from raygpu.plan.reconcile import reconcile
-from raygpu.plan.repair import EVENT_REASON, plan_repair
-from raygpu.reconcile_repair import repair_cluster
+from raygpu.plan.doctor.reconcile import reconcile
+from raygpu.plan.doctor.repair import EVENT_REASON, plan_repair
+from raygpu.doctor.repair import repair_cluster
 
 OLD = NOW_S - 1000  # created long before NOW_S: past the orphan grace
 
@@ -226,7 +226,7 @@ class CliKube(FakeKube):
 def cli(monkeypatch, capsys):
     """Run ``raygpu doctor ARGS`` over a given snapshot and RayCluster; returns (exit code, stdout, stderr, kube)."""
     import raygpu.adapters.kube as kube_mod
-    import raygpu.snapshot as snapshot_mod
+    import raygpu.doctor.snapshot as snapshot_mod
 
     def go(argv, snapshot=None, obj=None, kube_cls=None):
         made = {}

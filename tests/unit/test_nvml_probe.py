@@ -127,7 +127,7 @@ def test_probe_feeds_the_doctor():
     from snapshots import NOW_S, snap
 
     from raygpu.model.findings import Layer
-    from raygpu.plan.reconcile import reconcile
+    from raygpu.plan.doctor.reconcile import reconcile
 
     b = snap().gpu_node("n1", 0).ray_pod("p1", "n1").ray_node("r1", "p1")
     b.nvml_views["r1"] = probe_nvml("r1", nvml=FakeNvml(NO_DRIVER))

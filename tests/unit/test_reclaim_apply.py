@@ -23,7 +23,7 @@ from raygpu.model.reclaim import ReclaimPolicy, ReclaimReason
 from raygpu.model.views import K8sPodView, K8sView, PgState, PlacementGroupView, RayNodeView, RayView, Snapshot
 from raygpu.plan.reclaim import plan_reclaim
 from raygpu.reclaim.apply import reclaim_patch
-from raygpu.reclaim.cache import CacheView
+from raygpu.adapters.kube_watch import CacheView
 from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
 
 NOW_S = 2_000_000.0
@@ -612,7 +612,7 @@ def _pod_obj(name: str, rv: str) -> dict:
 def test_watch_cache_lists_once_watches_and_resyncs_on_410_gone():
     from kubernetes.client import ApiClient, Configuration
 
-    from raygpu.reclaim.cache import ClusterCache
+    from raygpu.adapters.kube_watch import ClusterCache
     cache = ClusterCache(ApiClient(Configuration()), NS, "rc")
     pods = FakeList([("10", [_pod_obj("a", "9")]), ("20", [_pod_obj("a", "9"), _pod_obj("b", "19")])],
                     ["gone", [("ADDED", _pod_obj("c", "21")), ("DELETED", _pod_obj("a", "22"))]])
@@ -641,7 +641,7 @@ def test_watch_cache_lists_once_watches_and_resyncs_on_410_gone():
 def test_cache_serves_our_own_write_until_the_watch_catches_up():
     from kubernetes.client import ApiClient, Configuration
 
-    from raygpu.reclaim.cache import ClusterCache
+    from raygpu.adapters.kube_watch import ClusterCache
     cache = ClusterCache(ApiClient(Configuration()), NS, "rc")
     kind = cache.kinds["raycluster"]
     kind.items["rc"] = RayClusterView.from_k8s(RECORDED)

@@ -21,7 +21,7 @@ alone. Safety rules, each a ``RepairSkip`` with its reason when it bites:
   more than one), the GCS is the likelier culprit (restarted head, network
   split): nothing is repaired.
 
-Pure: no I/O, no clock; the adapter code lives in ``raygpu.reconcile_repair``.
+Pure: no I/O, no clock; the adapter code lives in ``raygpu.doctor.repair``.
 """
 
 from __future__ import annotations
