@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from snapshots import NOW_S, healthy, snap
+from raygpu.testing.builders.snapshots import NOW_S, healthy, snap
 
 from raygpu.cli import build_parser
 from raygpu.doctor import run as doctor

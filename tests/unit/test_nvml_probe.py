@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 
 import pytest
-from nvml_recordings import (
+from raygpu.testing.nvml_recordings import (
     A100_MIG_NODE,
     A100_MIG_UNNAMED,
     GPU_LOST,
@@ -124,7 +124,7 @@ def test_a_broken_binding_never_raises():
 
 def test_probe_feeds_the_doctor():
     """A driver-not-loaded probe on a GPU node makes a kernel-driver finding, end to end."""
-    from snapshots import NOW_S, snap
+    from raygpu.testing.builders.snapshots import NOW_S, snap
 
     from raygpu.model.findings import Layer
     from raygpu.plan.doctor.reconcile import reconcile

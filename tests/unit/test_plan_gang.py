@@ -6,7 +6,8 @@ import math
 import re
 
 import pytest
-from helpers import PatchTestFailed, apply_json_patch, cluster, gang, gpus
+from raygpu.testing.builders.clusters import cluster, gang, gpus
+from raygpu.testing.builders.patch import PatchTestFailed, apply_json_patch
 
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.annotations import ClusterPolicy

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from snapshots import NOW_S, healthy, snap, tol
+from raygpu.testing.builders.snapshots import NOW_S, healthy, snap, tol
 
 from raygpu.model.findings import DoctorReport, FindingKind, Layer, Severity
 from raygpu.plan.doctor.reconcile import checks, reconcile

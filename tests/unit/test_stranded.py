@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from snapshots import GiB, NOW_S, healthy, snap
+from raygpu.testing.builders.snapshots import GiB, NOW_S, healthy, snap
 
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.views import PgState
