@@ -18,8 +18,8 @@ After ``--warmup-s`` (start-up LISTs and WATCHes are reported apart), requests
 are counted over ``--window-s``. A WATCH is one request however long it stays
 open. Nothing else of either process is changed.
 
-    python benchmarks/bench_api_load.py            # 4 workers, 6 min window (~9 min in all)
-    python benchmarks/bench_api_load.py --quick    # 1 worker, 60 s window
+    python -m benchmarks.bench_api_load            # 4 workers, 6 min window (~9 min in all)
+    python -m benchmarks.bench_api_load --quick    # 1 worker, 60 s window
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import ROOT, machine, machine_line, print_table, save_plot
+from benchmarks._common import ROOT, machine, machine_line, print_table, save_plot
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons
 from raygpu.testing import manifests as m

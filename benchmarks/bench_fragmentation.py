@@ -74,9 +74,9 @@ GPU-less placeholder shape is passed (else the function falls back to running
 pods' shapes), so (b) and (c) are 0: nothing waits, nothing is stranded.
 Also: whole free 8-GPU nodes (no pod at all), failed / Pending tasks.
 
-    python benchmarks/bench_fragmentation.py            # 1,213 nodes, 8 churn rounds
-    python benchmarks/bench_fragmentation.py --quick    # 152 nodes, 3 churn rounds
-    python benchmarks/bench_fragmentation.py --json
+    python -m benchmarks.bench_fragmentation            # 1,213 nodes, 8 churn rounds
+    python -m benchmarks.bench_fragmentation --quick    # 152 nodes, 3 churn rounds
+    python -m benchmarks.bench_fragmentation --json
 """
 
 from __future__ import annotations
@@ -91,12 +91,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from _common import OPENB, machine, machine_line, need_traces, print_table, read_csv, save_plot
-from raygpu.model.raycluster import GroupTemplate, RayClusterView
+from benchmarks._common import OPENB, machine, machine_line, need_traces, print_table, read_csv, save_plot
+from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.reclaim import ReclaimPolicy
-from raygpu.model.views import K8sNodeView, K8sPodView, K8sView, RayNodeView, RayView, Snapshot
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.model.views import Snapshot
 from raygpu.plan.doctor.stranded import stranded_gpus
+from raygpu.plan.reclaim import plan_reclaim
+from raygpu.testing.builders import cluster_view, snap
 
 MiB = 2**20
 POLICIES = ("spread", "best-fit", "raygpu")
@@ -304,11 +305,10 @@ class Sim:
     def reclaim_choice(self, quota: dict[str, int]) -> list[int]:
         snap = self.snapshot(with_pending=False)
         counts = {g: sum(1 for p in self.pods.values() if p.group == g) for g in GROUPS}
-        head = GroupTemplate(group_name="head", is_head=True, requests={"cpu": 4.0})
-        groups = tuple(GroupTemplate(group_name=g, replicas=counts[g], min_replicas=counts[g] - quota[g],
-                                     max_replicas=100_000) for g in GROUPS)
-        cluster = RayClusterView(name=CLUSTER, namespace=NS, resource_version="1", head=head, worker_groups=groups,
-                                 autoscaling_enabled=True)
+        view = cluster_view(CLUSTER, NS, resource_version="1", autoscaling_enabled=True).head("head", requests={"cpu": 4.0})
+        for g in GROUPS:
+            view.group(g, replicas=counts[g], min_replicas=counts[g] - quota[g], max_replicas=100_000)
+        cluster = view.obj()
         policy = ReclaimPolicy(idle_timeout_s=IDLE_TIMEOUT_S, startup_grace_s=0.0)
         t0 = time.perf_counter()
         plan = plan_reclaim(snap, cluster, policy, self.now)
@@ -322,30 +322,23 @@ class Sim:
 
     # ------------------------------------------------------------ snapshot
     def snapshot(self, with_pending: bool = True) -> Snapshot:
-        nodes = tuple(K8sNodeView(name=self.node_names[i],
-                                  allocatable={"cpu": c / 1000, "memory": m * MiB, "nvidia.com/gpu": g},
-                                  capacity={"cpu": c / 1000, "memory": m * MiB, "nvidia.com/gpu": g})
-                      for i, (g, c, m) in enumerate(self.cap.tolist()))
-        pods, ray_nodes = [], []
+        b = snap(self.now, CLUSTER, namespace=NS, ids=False)
+        for i, (g, c, m) in enumerate(self.cap.tolist()):
+            b.node(self.node_names[i], {"cpu": c / 1000, "memory": m * MiB, "nvidia.com/gpu": g})
         for p in self.pods.values():
             res = {"cpu": p.cpu / 1000, "memory": p.mem * MiB, "nvidia.com/gpu": float(p.gpus)}
-            pods.append(K8sPodView(name=p.name, namespace=NS, node_name=self.node_names[p.node], phase="Running",
-                                   requests=res, limits=res, created_at_s=p.created_s, ray_cluster=CLUSTER,
-                                   ray_group=p.group, ray_node_type="worker"))
-            ray_nodes.append(RayNodeView(node_id=f"ray-{p.pid:05d}", alive=True, instance_id=p.name, node_type=p.group,
-                                         total={"GPU": float(p.gpus), "CPU": p.cpu / 1000},
-                                         available={"GPU": p.gpus - p.used_milli / 1000,
-                                                    "CPU": (p.cpu - p.used_cpu) / 1000},
-                                         idle_since_s=p.idle_since))
+            b.ray_pod(p.name, self.node_names[p.node], requests=res, created_at_s=p.created_s, cluster=CLUSTER,
+                      group=p.group)
+            b.ray_node(f"ray-{p.pid:05d}", p.name, node_type=p.group, total={"GPU": float(p.gpus), "CPU": p.cpu / 1000},
+                       available={"GPU": p.gpus - p.used_milli / 1000, "CPU": (p.cpu - p.used_cpu) / 1000},
+                       idle_since_s=p.idle_since)
         if with_pending:
             for i, t in enumerate(self.pending):
                 g, c, m = t.pod_shape()
                 res = {"cpu": c / 1000, "memory": m * MiB, "nvidia.com/gpu": float(g)}
-                pods.append(K8sPodView(name=f"{CLUSTER}-pending-{i:05d}", namespace=NS, phase="Pending",
-                                       requests=res, limits=res, created_at_s=self.now, ray_cluster=CLUSTER,
-                                       ray_group=t.group, ray_node_type="worker"))
-        return Snapshot(taken_at_s=self.now, cluster=CLUSTER, namespace=NS,
-                        ray=RayView(nodes=tuple(ray_nodes)), k8s=K8sView(nodes=nodes, pods=tuple(pods)))
+                b.ray_pod(f"{CLUSTER}-pending-{i:05d}", requests=res, created_at_s=self.now, cluster=CLUSTER,
+                          group=t.group)
+        return b.obj()
 
     def pending_templates(self) -> tuple[GroupTemplate, ...]:
         """The Pareto-minimal (GPU, CPU, memory) shapes of the Pending pods (the rest cannot change (b) or (c))."""

@@ -66,10 +66,10 @@ Ray's ``SchedulingRequest`` is built here, not imported from
 same classes and conventions (``AutoscalerInstance`` = IM ``Instance`` + GCS
 ``NodeState``, instance id = pod name).
 
-    python benchmarks/bench_idle_reclaim.py            # 143 streams, 22.8 h, 2 clusters, timeouts 60 and 300 s
-    python benchmarks/bench_idle_reclaim.py --quick    # 24 streams, 3 h, 1 cluster
-    python benchmarks/bench_idle_reclaim.py --idle-timeout 300 --max-replicas 24   # quota-capped clusters
-    python benchmarks/bench_idle_reclaim.py --json --no-plot
+    python -m benchmarks.bench_idle_reclaim            # 143 streams, 22.8 h, 2 clusters, timeouts 60 and 300 s
+    python -m benchmarks.bench_idle_reclaim --quick    # 24 streams, 3 h, 1 cluster
+    python -m benchmarks.bench_idle_reclaim --idle-timeout 300 --max-replicas 24   # quota-capped clusters
+    python -m benchmarks.bench_idle_reclaim --json --no-plot
 """
 
 from __future__ import annotations
@@ -86,19 +86,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import TRACES, machine, machine_line, need_traces, percentile, print_table, save_plot
-from raygpu.model.raycluster import GroupTemplate, RayClusterView
+from benchmarks._common import TRACES, machine, machine_line, need_traces, percentile, print_table, save_plot
+from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimMode, ReclaimPolicy, ReclaimReason
-from raygpu.model.views import (
-    K8sPodView,
-    K8sView,
-    PgState,
-    PlacementGroupView,
-    RayNodeView,
-    RayView,
-    Snapshot,
-)
+from raygpu.model.views import PgState, Snapshot
 from raygpu.plan.reclaim import plan_reclaim
+from raygpu.testing.builders import cluster_view, snap
 
 GENAI = TRACES / "alibaba-genai-v2026"
 TRACE = GENAI / "pod_gpu_duty_cycle_anon.tar.gz"
@@ -508,34 +501,27 @@ class Sim:
     def snapshot(self, now: float) -> Snapshot:
         """raygpu's view of the same state: Ray nodes with idle_since_s, the PG table, the pods."""
         g = self.p.gpus_per_pod
-        nodes, pods = [], []
+        b = snap(now, self.name, namespace=NAMESPACE, ids=False)
         for pod in self.pods.values():
-            pods.append(K8sPodView(name=pod.name, namespace=NAMESPACE, node_name=f"node-{pod.name}",
-                                   phase="Running" if pod.up else "Pending", created_at_s=pod.created_s,
-                                   ray_cluster=self.name, ray_group=GROUP, ray_node_type="worker",
-                                   requests={"nvidia.com/gpu": g}, limits={"nvidia.com/gpu": g}))
+            b.ray_pod(pod.name, f"node-{pod.name}", phase="Running" if pod.up else "Pending",
+                      created_at_s=pod.created_s, cluster=self.name, group=GROUP, requests={"nvidia.com/gpu": g})
             if pod.up:
-                nodes.append(RayNodeView(node_id=pod.node_id, alive=True, instance_id=pod.name, node_type=GROUP,
-                                         total={"CPU": CPUS_PER_POD, "GPU": g},
-                                         available={"CPU": CPUS_PER_POD, "GPU": self._free(pod)},
-                                         idle_since_s=pod.idle_since_s))
+                b.ray_node(pod.node_id, pod.name, node_type=GROUP, total={"CPU": CPUS_PER_POD, "GPU": g},
+                           available={"CPU": CPUS_PER_POD, "GPU": self._free(pod)}, idle_since_s=pod.idle_since_s)
         by_name = {pod.name: pod.node_id for pod in self.pods.values()}
-        pgs = [PlacementGroupView(pg_id=pg.pg_id, name=pg.name,
-                                  state=PgState.CREATED if pg.placed_s is not None else PgState.PENDING,
-                                  strategy=pg.strategy, bundles=tuple({"GPU": b} for b in pg.bundles),
-                                  bundle_node_ids=tuple(by_name.get(n) if n else None for n in pg.nodes))
-               for pg in (*self.placed, *self.pending)]
-        return Snapshot(taken_at_s=now, cluster=self.name, namespace=NAMESPACE,
-                        ray=RayView(nodes=tuple(nodes), placement_groups=tuple(pgs)), k8s=K8sView(pods=tuple(pods)))
+        for pg in (*self.placed, *self.pending):
+            b.pg(pg.pg_id, name=pg.name, state=PgState.CREATED if pg.placed_s is not None else PgState.PENDING,
+                 strategy=pg.strategy, bundles=tuple({"GPU": x} for x in pg.bundles),
+                 node_ids=tuple(by_name.get(n) if n else None for n in pg.nodes))
+        return b.obj()
 
     def cluster_view(self) -> RayClusterView:
         g = self.p.gpus_per_pod
         res = {"cpu": CPUS_PER_POD, "memory": 64.0 * GiB, "nvidia.com/gpu": g}
-        head = GroupTemplate(group_name="headgroup", is_head=True, limits={"cpu": 4, "memory": 16 * GiB})
-        grp = GroupTemplate(group_name=GROUP, replicas=len(self.pods), min_replicas=self.p.min_replicas,
-                            max_replicas=self.p.max_replicas, limits=res, requests=res)
-        return RayClusterView(name=self.name, namespace=NAMESPACE, resource_version=str(self.n_created),
-                              head=head, worker_groups=(grp,))
+        return (cluster_view(self.name, NAMESPACE, resource_version=str(self.n_created))
+                .head(limits={"cpu": 4, "memory": 16 * GiB})
+                .group(GROUP, replicas=len(self.pods), min_replicas=self.p.min_replicas,
+                       max_replicas=self.p.max_replicas, limits=res, requests=res).obj())
 
 
 def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, steps: int) -> dict[str, Any]:
