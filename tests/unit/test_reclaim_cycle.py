@@ -1,4 +1,5 @@
-"""The sidecar cycle against fakes: a RayCluster store with API-server semantics and a watch cache.
+"""The sidecar cycle against fakes: a RayCluster store with API-server semantics (raygpu.testing.fake_kube)
+and a watch cache.
 
 Every accepted write bumps the resourceVersion; a failed ``test`` rejects the whole patch.
 """
@@ -9,65 +10,20 @@ import copy
 import threading
 import time
 
-
 from raygpu.adapters.kube_watch import CacheView
-from raygpu.errors import ConflictError, InvalidError, PermanentError
+from raygpu.errors import PermanentError
 from raygpu.model.gc import ReservationRecord
 from raygpu.model.raycluster import RayClusterView
-from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayView
+from raygpu.model.views import PgState, PlacementGroupView, RayView
 from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
-from raygpu.testing.builders.patch import PatchTestFailed as PatchRejected
-from raygpu.testing.builders.patch import apply_json_patch as json_patch
 from raygpu.testing.builders.recorded import ALL_IDLE, NOW_S, NS, PODS, R, RECORDED, RV0, pod, ray_view
+from raygpu.testing.fake_kube import FakeKube
 
 
 # ------------------------------------------------------- the cycle, on fakes
-class FakeKube:
-    """The KubeAdapter calls the cycle makes, over one RayCluster dict, with API-server semantics."""
-
-    def __init__(self, raw: dict, bare_422: bool = False) -> None:
-        self.raw = copy.deepcopy(raw)
-        self.bare_422 = bare_422  # answer a failed test with a bare 422 (a malformed patch, as the adapter sees it)
-        self.patches: list[list[dict]] = []
-        self.events: list[tuple[str, str, str]] = []
-        self.deleted: list[tuple[str, str]] = []
-        self.configmaps: set[str] = set()
-        self.extra_pods: list[K8sPodView] = []
-
-    def bump(self, mutate) -> None:
-        mutate(self.raw)
-        self.raw["metadata"]["resourceVersion"] = str(int(self.raw["metadata"]["resourceVersion"]) + 1)
-
-    def ray_pods(self, namespace, cluster=None):
-        return list(PODS) + list(self.extra_pods)
-
-    def get_raycluster(self, namespace, name):
-        return RayClusterView.from_k8s(self.raw)
-
-    def patch_raycluster(self, namespace, name, patch):
-        assert patch[0]["path"] == "/metadata/resourceVersion"
-        try:
-            out = json_patch(self.raw, patch)
-        except PatchRejected as e:
-            if self.bare_422:
-                raise InvalidError(f"patch RayCluster {namespace}/{name}: 422: the server rejected our request "
-                                     "due to an error in our request") from e
-            raise ConflictError(str(e)) from e
-        self.patches.append(patch)
-        self.raw = out
-        self.bump(lambda r: None)
-        return RayClusterView.from_k8s(self.raw)
-
-    def event(self, involved, reason, message, type_="Normal", component="raygpu"):
-        assert involved["kind"] == "RayCluster" and involved["uid"]
-        self.events.append((reason, type_, message))
-
-    def delete(self, api_version, kind, name, namespace=None):
-        self.deleted.append((kind, name))
-        if name in self.configmaps:
-            self.configmaps.discard(name)
-            return True
-        return False
+def fake_kube(raw: dict, **kw) -> FakeKube:
+    """The one fake Kubernetes over ``raw``, listing the recorded cluster's pods."""
+    return FakeKube(raw, pods=PODS, **kw)
 
 
 class FakeCache:
@@ -103,14 +59,14 @@ def counter(r, name, **labels) -> float:
 
 
 def test_cycle_applies_one_patch_then_nothing_more():
-    kube = FakeKube(RECORDED)
+    kube = fake_kube(RECORDED)
     r = reclaimer(kube)
     first = r.cycle()
     assert first.outcome is CycleOutcome.APPLIED
     assert first.deleted_pods == ("rc-gpu-worker-a", "rc-gpu-worker-b", "rc-small-worker-d")
     assert len(kube.patches) == 1
-    scaled = [e for e in kube.events if e[0] == "ScaledDown"]
-    assert len(scaled) == 2 and "rc-gpu-worker-a (Idle: idle 60s >= timeout 5s)" in scaled[0][2]
+    scaled = kube.with_reason("ScaledDown")
+    assert len(scaled) == 2 and "rc-gpu-worker-a (Idle: idle 60s >= timeout 5s)" in scaled[0].message
     assert r.cache.assumed == [(str(RV0 + 1), str(RV0))]
     for _ in range(3):  # a restarted or repeated cycle finds the deletions done, not to do
         assert r.cycle().outcome is CycleOutcome.IDLE
@@ -122,7 +78,7 @@ def test_cycle_applies_one_patch_then_nothing_more():
 def test_a_write_between_plan_and_patch_causes_a_replan_not_a_wrong_delete():
     # KubeAdapter.patch_raycluster turns a CRD's bare 422 on a moved object into ConflictError
     # (checked for real on the testbed by tests/integration/test_sidecar.py).
-    kube = FakeKube(RECORDED, bare_422=False)
+    kube = fake_kube(RECORDED, bare_422=False)
     r = reclaimer(kube)
 
     def concurrent_writer(plan):  # someone raises the minimum of both groups after our snapshot
@@ -136,18 +92,18 @@ def test_a_write_between_plan_and_patch_causes_a_replan_not_a_wrong_delete():
     fresh = r.cycle()
     assert fresh.outcome is CycleOutcome.IDLE and kube.patches == []
     assert fresh.plan.decision("rc-gpu-worker-a").reason is R.GROUP_MINIMUM
-    assert [e for e in kube.events if e[0] == "ScaledDown"] == []
+    assert kube.with_reason("ScaledDown") == []
 
 
 def test_a_rejected_patch_on_an_unchanged_cluster_is_an_error_not_a_conflict():
-    kube = FakeKube(RECORDED)
+    kube = fake_kube(RECORDED)
     kube.patch_raycluster = lambda ns, name, patch: (_ for _ in ()).throw(PermanentError("422: bad patch"))
     rep = reclaimer(kube).cycle()
     assert rep.outcome is CycleOutcome.ERROR and not rep.replan_now and "bad patch" in rep.error
 
 
 def test_run_replans_at_once_after_a_conflict_and_stops_on_the_event():
-    kube = FakeKube(RECORDED)
+    kube = fake_kube(RECORDED)
     hits = []
 
     def writer_once(plan):
@@ -164,24 +120,24 @@ def test_run_replans_at_once_after_a_conflict_and_stops_on_the_event():
 
 
 def test_bad_annotation_gives_one_event_per_value_and_dry_run():
-    kube = FakeKube(RECORDED)
+    kube = fake_kube(RECORDED)
     kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "yes-please"
     r = reclaimer(kube)
     for _ in range(3):
         assert r.cycle().outcome is CycleOutcome.DRY_RUN
-    invalid = [e for e in kube.events if e[0] == "InvalidAnnotation"]
-    assert len(invalid) == 1 and invalid[0][1] == "Warning" and "'yes-please'" in invalid[0][2]
-    assert "dry-run" in invalid[0][2]
+    invalid = kube.with_reason("InvalidAnnotation")
+    assert len(invalid) == 1 and invalid[0].type == "Warning" and "'yes-please'" in invalid[0].message
+    assert "dry-run" in invalid[0].message
     assert kube.patches == []
-    assert len([e for e in kube.events if e[0] == "ScaleDownDryRun"]) == 1  # one per distinct plan
+    assert len(kube.with_reason("ScaleDownDryRun")) == 1  # one per distinct plan
     kube.bump(lambda raw: raw["metadata"]["annotations"].update({"raygpu.io/reclaim": "maybe"}))
     r.cycle()
-    assert len([e for e in kube.events if e[0] == "InvalidAnnotation"]) == 2
+    assert len(kube.with_reason("InvalidAnnotation")) == 2
     assert kube.patches == []
 
 
 def test_off_reads_nothing_and_writes_nothing():
-    kube = FakeKube(RECORDED)
+    kube = fake_kube(RECORDED)
     kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "off"
     r = reclaimer(kube)
     assert r.cycle().outcome is CycleOutcome.OFF
@@ -189,7 +145,7 @@ def test_off_reads_nothing_and_writes_nothing():
 
 
 def test_ray_unreachable_deletes_nothing():
-    kube = FakeKube(RECORDED)
+    kube = fake_kube(RECORDED)
     r = reclaimer(kube, ray=RayView(reachable=False, reason="GCS down"))
     rep = r.cycle()
     assert rep.outcome is CycleOutcome.IDLE and kube.patches == []
@@ -206,7 +162,7 @@ def with_reservation_group(name: str, replicas: int) -> dict:
 
 def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
     raw = with_reservation_group("rg-train", replicas=1)
-    kube = FakeKube(raw)
+    kube = fake_kube(raw)
     kube.configmaps = {"rc-rg-train", "rc-rg-live"}
     dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="ready",
                              placement_group_id="aa", heartbeat_at_s=NOW_S - 5)
@@ -219,17 +175,17 @@ def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
     assert rep.outcome is CycleOutcome.APPLIED and rep.released == ("rc-rg-train",)
     assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
     assert kube.configmaps == {"rc-rg-live"}
-    assert [e[0] for e in kube.events] == ["ReservationReleased"]
+    assert [e.reason for e in kube.events] == ["ReservationReleased"]
     assert counter(r, "raygpu_gc_reservations_released_total", reason="PlacementGroupGone") == 1
     rep2 = r.cycle()  # the cache still shows it: releasing again is a no-op, counted and evented once
-    assert rep2.released == () and [e[0] for e in kube.events] == ["ReservationReleased"]
+    assert rep2.released == () and [e.reason for e in kube.events] == ["ReservationReleased"]
     assert counter(r, "raygpu_gc_reservations_released_total", reason="PlacementGroupGone") == 1
 
 
 def test_gc_never_blocks_a_cycle_on_a_draining_group():
     """Pods of the released group still there: scale to zero and move on; a later cycle removes the group."""
     raw = with_reservation_group("rg-train", replicas=1)
-    kube = FakeKube(raw)
+    kube = fake_kube(raw)
     kube.configmaps = {"rc-rg-train"}
     kube.extra_pods = [pod("rc-rg-train-worker-z", "rg-train", "k5")]
     dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="released",
@@ -248,12 +204,12 @@ def test_gc_never_blocks_a_cycle_on_a_draining_group():
     rep = r.cycle()
     assert rep.released == ("rc-rg-train",) and kube.configmaps == set()
     assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
-    assert [e[0] for e in kube.events] == ["ReservationReleased"]
+    assert [e.reason for e in kube.events] == ["ReservationReleased"]
 
 
 def test_gc_removes_a_reservation_group_whose_state_configmap_is_gone():
     raw = with_reservation_group("rg-lost", replicas=0)
-    kube = FakeKube(raw)
+    kube = fake_kube(raw)
     now = [NOW_S]
     r = reclaimer(kube, FakeCache(kube, []), ray=ray_view({}))
     r.clock = lambda: now[0]
@@ -263,11 +219,11 @@ def test_gc_removes_a_reservation_group_whose_state_configmap_is_gone():
     rep = r.cycle()
     assert rep.released == ("rc-rg-lost",), rep
     assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
-    assert [e[0] for e in kube.events] == ["ReservationReleased"] and "StateLost" in kube.events[0][2]
+    assert [e.reason for e in kube.events] == ["ReservationReleased"] and "StateLost" in kube.events[0].message
 
 
 def test_dry_run_releases_nothing():
-    kube = FakeKube(RECORDED)
+    kube = fake_kube(RECORDED)
     kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "dry-run"
     kube.configmaps = {"rc-rg-x"}
     stale = ReservationRecord(name="rc-rg-x", namespace=NS, group="rg-x", state="reserved", heartbeat_at_s=0)
