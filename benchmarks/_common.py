@@ -1,25 +1,31 @@
 """Shared helpers of the benchmarks: machine info, trace paths, tables, plots.
 
-``machine()`` is the one of ``bench_reconcile.py`` (imported, not copied), so
-every benchmark notes the same facts about the box it ran on.
+``machine()`` is defined once here, so every benchmark notes the same facts
+about the box it ran on.
 """
 
 from __future__ import annotations
 
 import csv
 import os
-import sys
+import platform
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
-for p in (str(ROOT), str(BENCH)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
-from bench_reconcile import machine  # noqa: E402  (one definition for all benchmarks)
+
+def machine() -> dict[str, object]:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,  # a busy box skews timings
+    }
+
 
 def _find_traces() -> Path:
     """$RAYGPU_TRACES, else ``../shared/traces`` next to this checkout, else next to the repository it was

@@ -18,8 +18,8 @@ After ``--warmup-s`` (start-up LISTs and WATCHes are reported apart), requests
 are counted over ``--window-s``. A WATCH is one request however long it stays
 open. Nothing else of either process is changed.
 
-    python benchmarks/bench_api_load.py            # 4 workers, 6 min window (~9 min in all)
-    python benchmarks/bench_api_load.py --quick    # 1 worker, 60 s window
+    python -m benchmarks.bench_api_load            # 4 workers, 6 min window (~9 min in all)
+    python -m benchmarks.bench_api_load --quick    # 1 worker, 60 s window
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import ROOT, machine, machine_line, print_table, save_plot
+from benchmarks._common import ROOT, machine, machine_line, print_table, save_plot
+from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons
 from raygpu.testing import manifests as m
 from raygpu.testing.audit import Request, read_requests
@@ -108,7 +109,7 @@ def run(args) -> dict:
     procs: list[Proc] = []
     nodes = {f"{ns}-cpu": "cpu16", **{f"{ns}-g{i}": "h100x8" for i in range(args.workers)}}
     try:
-        addons.add_nodes(tb, nodes, labels={m.POOL_LABEL: ns})
+        addons.add_nodes(tb, nodes, labels={LABEL_POOL: ns})
         rc = m.raycluster(CLUSTER, ns, [m.worker_group("gpu", replicas=args.workers, min_replicas=0,
                                                        max_replicas=args.workers, pool=ns)],
                           pool=ns, annotations={"raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "1h"})

@@ -6,7 +6,7 @@ pods of 4 GPUs per node, 1% phantom pods, 1% zero-allocatable nodes, N/10
 Pending pods), with every 3rd Ray worker idle for 700 s so that the reclaimer
 has candidates. Timed per cycle, median of ``--runs``:
 
-* ``reconcile``: ``raygpu.plan.reconcile.reconcile(snapshot, now)``.
+* ``reconcile``: ``raygpu.plan.doctor.reconcile.reconcile(snapshot, now)``.
 * ``reclaim``: ``raygpu.plan.reclaim.plan_reclaim`` on the same snapshot and a
   RayCluster whose group ``gpu-group`` has replicas = 2N (idle timeout 600 s).
 * ``gang``: ``raygpu.plan.gang.plan_gang`` for N/10 pending placement groups of
@@ -23,8 +23,8 @@ Plot (unless ``--no-plot``): ms per cycle vs nodes, log-log, each raygpu
 planner, their sum and Ray's scheduler, in
 ``benchmarks/results/decision_cost.png`` (``decision_cost_quick.png``).
 
-    python benchmarks/bench_decision_cost.py            # 500 .. 10,000 nodes
-    python benchmarks/bench_decision_cost.py --quick    # 50, 100 nodes
+    python -m benchmarks.bench_decision_cost            # 500 .. 10,000 nodes
+    python -m benchmarks.bench_decision_cost --quick    # 50, 100 nodes
 """
 
 from __future__ import annotations
@@ -36,14 +36,15 @@ import logging
 import statistics
 import time
 
-from _common import machine, machine_line, print_table, save_plot
-from bench_reconcile import NOW_S, synthetic_snapshot
+from benchmarks._common import machine, machine_line, print_table, save_plot
+from benchmarks.bench_reconcile import NOW_S, synthetic_snapshot
 from raygpu.model.gang import GangRequest
-from raygpu.model.raycluster import GroupTemplate, RayClusterView
+from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.plan.gang import plan_gang
 from raygpu.plan.reclaim import plan_reclaim
-from raygpu.plan.reconcile import reconcile
+from raygpu.plan.doctor.reconcile import reconcile
+from raygpu.testing.builders import cluster_view
 
 GiB = 2**30
 FULL = (500, 1000, 2000, 5000, 10000)
@@ -58,19 +59,16 @@ def with_idle_workers(snap):
 
 
 def reclaim_cluster(n: int) -> RayClusterView:
-    head = GroupTemplate(group_name="headgroup", is_head=True, limits={"cpu": 4, "memory": 16 * GiB})
     res = {"cpu": 8.0, "memory": 64.0 * GiB, "nvidia.com/gpu": 4.0}
-    g = GroupTemplate(group_name="gpu-group", replicas=2 * n, min_replicas=0, max_replicas=4 * n,
-                      limits=res, requests=res)
-    return RayClusterView(name="rc", namespace="default", resource_version="1", head=head, worker_groups=(g,))
+    return (cluster_view("rc", resource_version="1").head(limits={"cpu": 4, "memory": 16 * GiB})
+            .group("gpu-group", replicas=2 * n, min_replicas=0, max_replicas=4 * n, limits=res, requests=res).obj())
 
 
 def gang_cluster() -> RayClusterView:
-    head = GroupTemplate(group_name="headgroup", is_head=True, limits={"cpu": 4, "memory": 16 * GiB})
-    groups = tuple(GroupTemplate(group_name=f"gpu{k}", max_replicas=10_000,
-                                 limits={"cpu": 8 * k, "memory": 64 * k * GiB, "nvidia.com/gpu": k})
-                   for k in (1, 4, 8))
-    return RayClusterView(name="rc", namespace="default", head=head, worker_groups=groups)
+    view = cluster_view("rc").head(limits={"cpu": 4, "memory": 16 * GiB})
+    for k in (1, 4, 8):
+        view.group(f"gpu{k}", max_replicas=10_000, limits={"cpu": 8 * k, "memory": 64 * k * GiB, "nvidia.com/gpu": k})
+    return view.obj()
 
 
 def ray_request(n: int):

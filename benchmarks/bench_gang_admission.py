@@ -43,9 +43,9 @@ could complete even if every running job finished (only preemption helps).
 Metrics: GPU-hours held by partially placed gangs, deadlock episodes and
 hours, gang wait p50/p95 (arrival to start), GPU allocation over time (plot).
 
-    python benchmarks/bench_gang_admission.py            # 1,213 nodes, 6,000 jobs, 20% gangs
-    python benchmarks/bench_gang_admission.py --quick    # 152 nodes, 1,200 jobs, 20% gangs
-    python benchmarks/bench_gang_admission.py --json
+    python -m benchmarks.bench_gang_admission            # 1,213 nodes, 6,000 jobs, 20% gangs
+    python -m benchmarks.bench_gang_admission --quick    # 152 nodes, 1,200 jobs, 20% gangs
+    python -m benchmarks.bench_gang_admission --json
 """
 
 from __future__ import annotations
@@ -61,10 +61,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from _common import OPENB, machine, machine_line, need_traces, percentile, print_table, read_csv, save_plot
+from benchmarks._common import OPENB, machine, machine_line, need_traces, percentile, print_table, read_csv, save_plot
 from raygpu.model.gang import GangRequest
-from raygpu.model.raycluster import GroupTemplate, RayClusterView
+from raygpu.model.raycluster import RayClusterView
 from raygpu.plan.gang import plan_gang
+from raygpu.testing.builders import cluster_view
 
 GiB = 2**30
 POLICIES = ("pods", "raycluster-gang", "raygpu")
@@ -134,12 +135,11 @@ def make_jobs(n_jobs: int, cluster_gpus: int, load: float, seed: int, gang_share
 
 
 def raygpu_cluster() -> RayClusterView:
-    head = GroupTemplate(group_name="head", is_head=True, limits={"cpu": 4, "memory": 16 * GiB})
-    groups = tuple(GroupTemplate(group_name=f"gpu{n}", max_replicas=10_000,
-                                 limits={"cpu": 8 * n, "memory": 64 * n * GiB, "nvidia.com/gpu": n},
-                                 requests={"cpu": 8 * n, "memory": 64 * n * GiB, "nvidia.com/gpu": n})
-                   for n in (1, 2, 4, 8))
-    return RayClusterView(name="jobs", namespace="default", head=head, worker_groups=groups, autoscaling_enabled=True)
+    view = cluster_view("jobs", autoscaling_enabled=True).head("head", limits={"cpu": 4, "memory": 16 * GiB})
+    for n in (1, 2, 4, 8):
+        res = {"cpu": 8 * n, "memory": 64 * n * GiB, "nvidia.com/gpu": n}
+        view.group(f"gpu{n}", max_replicas=10_000, limits=res, requests=dict(res))
+    return view.obj()
 
 
 def first_fit(free: np.ndarray, g: int) -> int:

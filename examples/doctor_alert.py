@@ -23,8 +23,8 @@ import time
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.findings import Severity
-from raygpu.plan.reconcile import reconcile
-from raygpu.snapshot import take_snapshot
+from raygpu.plan.doctor.reconcile import reconcile
+from raygpu.doctor.snapshot import take_snapshot
 
 
 def testbed_defaults(namespace: str, cluster: str) -> tuple[str | None, str | None]:

@@ -5,11 +5,13 @@
 * ``plan_placement_group``: the same plan as a dry run, with no side effects.
 """
 
-from raygpu.errors import ConflictError, InfeasibleError, PermanentError, RayGpuError, TransientError
+from raygpu.errors import (ConflictError, ForbiddenError, InfeasibleError, InvalidError, NotFoundError, PermanentError,
+                           RayGpuError, TransientError)
 from raygpu.gang.api import (GangPlacementGroup, gang_placement_group, placement_group, plan_placement_group,
                              remove_placement_group)
 
 __all__ = [
     "placement_group", "remove_placement_group", "gang_placement_group", "plan_placement_group",
     "GangPlacementGroup", "RayGpuError", "TransientError", "PermanentError", "InfeasibleError", "ConflictError",
+    "NotFoundError", "ForbiddenError", "InvalidError",
 ]

@@ -7,6 +7,12 @@ Every exception raygpu raises derives from :class:`RayGpuError`:
 * :class:`InfeasibleError` - a request that can never fit the cluster's templates;
   it names the bundle, the resource and the limit.
 * :class:`ConflictError` - an optimistic-concurrency test failed; re-read and re-plan.
+* :class:`NotFoundError`, :class:`ForbiddenError`, :class:`InvalidError` - the
+  API server answered 404, 401/403 or 422; all three are PermanentErrors, so an
+  ``except PermanentError`` still catches them.
+
+The adapters (``raygpu.adapters``) raise these classes; callers catch a class,
+never search an error's message.
 """
 
 from __future__ import annotations
@@ -33,6 +39,18 @@ class ConflictError(TransientError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, delay_s=0.0)
+
+
+class NotFoundError(PermanentError):
+    """The object does not exist (HTTP 404)."""
+
+
+class ForbiddenError(PermanentError):
+    """The caller may not do this (HTTP 401 or 403); retrying cannot help."""
+
+
+class InvalidError(PermanentError):
+    """The API server rejected the request as malformed (HTTP 422, Kubernetes reason ``Invalid``)."""
 
 
 class InfeasibleError(PermanentError):

@@ -5,9 +5,11 @@ Promises:
 * Every object that leaves this module is parsed into a frozen model
   (``RayClusterView``, ``K8sPodView``, ``K8sNodeView``) or is a plain dict the
   caller asked for by name (gang objects it built itself).
-* Client exceptions become raygpu errors: 404 and 403 -> ``PermanentError``,
-  409 and failed JSON-patch ``test`` ops -> ``ConflictError``, 5xx and
-  connection failures -> ``TransientError``.
+* Client exceptions become typed raygpu errors (see ``raygpu.errors``):
+  404 -> ``NotFoundError``, 401/403 -> ``ForbiddenError``, 422 ->
+  ``InvalidError`` (all PermanentErrors), 409 and failed JSON-patch ``test``
+  ops -> ``ConflictError``, 5xx and connection failures or timeouts ->
+  ``TransientError``; any other status -> ``PermanentError``.
 * ``patch_raycluster`` only sends JSON patches whose first op tests
   ``metadata.resourceVersion``: it never overwrites a concurrent change.
 """
@@ -18,7 +20,9 @@ import datetime as dt
 import json
 from typing import Any
 
-from raygpu.errors import ConflictError, PermanentError, TransientError
+from raygpu.errors import (ConflictError, ForbiddenError, InvalidError, NotFoundError, PermanentError,
+                           TransientError)
+from raygpu.model.base import timestamp_s
 from raygpu.model.raycluster import RayClusterView, parse_quantity
 from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
 
@@ -40,11 +44,13 @@ def _convert(exc: Exception, what: str) -> Exception:
         if exc.status == 409 or (exc.status in (422, 500) and "test" in msg.lower() and "fail" in msg.lower()):
             return ConflictError(f"{what}: conflict: {msg}")
         if exc.status == 404:
-            return PermanentError(f"{what}: not found: {msg}")
+            return NotFoundError(f"{what}: not found: {msg}")
         if exc.status in (401, 403):
-            return PermanentError(f"{what}: forbidden ({exc.status}): {msg}")
+            return ForbiddenError(f"{what}: forbidden ({exc.status}): {msg}")
         if exc.status and exc.status >= 500:
             return TransientError(f"{what}: server error {exc.status}: {msg}", delay_s=1.0)
+        if exc.status == 422:
+            return InvalidError(f"{what}: {exc.status}: {msg}")
         return PermanentError(f"{what}: {exc.status}: {msg}")
     if isinstance(exc, (ConnectionError, OSError)) or type(exc).__module__.startswith("urllib3"):
         return TransientError(f"{what}: cannot reach the API server: {exc}", delay_s=1.0)
@@ -78,8 +84,8 @@ class KubeAdapter:
             return self._res(*RAYCLUSTER).get(name=name, namespace=namespace, **_T).to_dict()
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"RayCluster {namespace}/{name}")
-            if isinstance(err, PermanentError) and "not found" in str(err):
-                raise PermanentError(f"unknown cluster: RayCluster {namespace}/{name} does not exist") from e
+            if isinstance(err, NotFoundError):
+                raise NotFoundError(f"unknown cluster: RayCluster {namespace}/{name} does not exist") from e
             raise err from e
 
     def get_raycluster(self, namespace: str, name: str) -> RayClusterView:
@@ -97,7 +103,7 @@ class KubeAdapter:
             # For a custom resource the API server answers a failed ``test`` op
             # with a bare 422 ("the server rejected our request due to an error
             # in our request"). If the object moved, that is a conflict.
-            if isinstance(err, PermanentError) and ": 422:" in str(err):
+            if isinstance(err, InvalidError):
                 now_rv = self.raw_raycluster(namespace, name).get("metadata", {}).get("resourceVersion")
                 if now_rv != patch[0]["value"]:
                     raise ConflictError(f"patch RayCluster {namespace}/{name}: resourceVersion moved from "
@@ -118,7 +124,7 @@ class KubeAdapter:
             return self._res(api_version, kind).get(name=name, namespace=namespace, **_T).to_dict()
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"get {kind} {namespace}/{name}")
-            if isinstance(err, PermanentError) and "not found" in str(err):
+            if isinstance(err, NotFoundError):
                 return None
             raise err from e
 
@@ -145,7 +151,7 @@ class KubeAdapter:
             return True
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"delete {kind} {namespace}/{name}")
-            if isinstance(err, PermanentError) and "not found" in str(err):
+            if isinstance(err, NotFoundError):
                 return False
             raise err from e
 
@@ -183,12 +189,6 @@ class KubeAdapter:
             raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}") from e
 
 
-def _ts(s: str | None) -> float:
-    if not s:
-        return 0.0
-    return dt.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
-
-
 def _sum_resources(containers: list[dict[str, Any]], key: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for c in containers:
@@ -213,7 +213,7 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         tolerations=tuple(Toleration(**{k: t.get(k) for k in ("key", "value", "effect") if t.get(k) is not None},
                                      operator=t.get("operator", "Equal")) for t in spec.get("tolerations") or []),
         node_selector=dict(spec.get("nodeSelector") or {}),
-        created_at_s=_ts(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
+        created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
         ray_start_num_gpus=num_gpus)
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from raygpu.adapters.ray_gcs import gcs_address
 from raygpu.model.views import NvmlView
 
 
@@ -62,6 +63,32 @@ def collect_nvml(node_ids: Iterable[str], timeout_s: float = 30.0, ship_code: bo
         except Exception as e:  # noqa: BLE001 - task error, node died, unschedulable
             out[n] = _failed(n, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
     return out
+
+
+def collect_nvml_at(alive: list[str], ray_address: str | None, timeout_s: float) -> dict[str, NvmlView]:
+    """``collect_nvml(alive)`` on the Ray cluster whose GCS is at ``ray_address``; never raises.
+
+    Uses this process's driver when it is connected to that cluster, else
+    connects one for the duration of the probe; a driver connected elsewhere,
+    or one that cannot connect, gives every node ``available=False`` and why.
+    """
+    import ray
+    target = gcs_address(ray_address)
+    if ray.is_initialized():
+        mine = ray.get_runtime_context().gcs_address
+        if mine != target:
+            why = f"probe failed: this driver is connected to {mine}, not {target}"
+            return {n: NvmlView(node_id=n, available=False, reason=why) for n in alive}
+        return collect_nvml(alive, timeout_s=timeout_s)
+    try:
+        ray.init(address=target, namespace="raygpu", log_to_driver=False, logging_level="WARNING")
+    except Exception as e:  # noqa: BLE001
+        why = f"probe failed: cannot connect a driver to {target}: {type(e).__name__}: {e}"
+        return {n: NvmlView(node_id=n, available=False, reason=why) for n in alive}
+    try:
+        return collect_nvml(alive, timeout_s=timeout_s)
+    finally:
+        ray.shutdown()
 
 
 def _shipped_code() -> dict[str, Any]:

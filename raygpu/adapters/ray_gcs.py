@@ -9,7 +9,9 @@ must be able to read any cluster, so nothing here connects a driver:
 * placement groups: ``GlobalStateAccessor.get_placement_group_table()`` parsed
   as ``PlacementGroupTableData`` protos, the only source that carries the
   per-bundle ``label_selector`` and the creator job id (the dicts of
-  ``ray.util.placement_group_table()`` drop both, and need ``ray.init``).
+  ``ray.util.placement_group_table()`` drop both, and need ``ray.init``);
+* the job table (``read_job_liveness``): which driver jobs are alive, for the
+  reservation garbage collector.
 
 Promises: ``read_ray_view`` never raises and returns within about
 ``timeout_s``; an unreachable or silent GCS gives ``RayView(reachable=False,
@@ -174,3 +176,37 @@ def _hex(b64: str | None) -> str | None:
     """A base64 proto id -> hex; None for empty or nil (all 0xff) ids."""
     raw = base64.b64decode(b64) if b64 else b""
     return raw.hex() if raw and raw != b"\xff" * len(raw) else None
+
+
+# ------------------------------------------------------------------ job table
+def read_job_liveness(gcs_address: str, timeout_s: float = 5.0) -> dict[str, bool] | None:
+    """Ray's job table: Ray job id (hex) -> alive, for every job the GCS knows.
+
+    None when it cannot be read in ``timeout_s``. No ``ray.init``; never raises.
+    """
+    result: dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            from ray._raylet import GcsClientOptions, GlobalStateAccessor
+            from ray.core.generated.gcs_pb2 import JobTableData
+            accessor = GlobalStateAccessor(GcsClientOptions.create(gcs_address, None, allow_cluster_id_nil=True,
+                                                                   fetch_cluster_id_if_nil=False))
+            if not accessor.connect():
+                raise ConnectionError("GlobalStateAccessor could not connect")
+            try:
+                rows = accessor.get_job_table(skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
+            finally:
+                accessor.disconnect()
+            jobs = {}
+            for raw in rows:
+                entry = JobTableData.FromString(raw)
+                jobs[entry.job_id.hex()] = not entry.is_dead
+            result["jobs"] = jobs
+        except BaseException as e:  # noqa: BLE001 - reported as None
+            result["error"] = e
+
+    t = threading.Thread(target=read, name="raygpu-gcs-jobs", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    return result.get("jobs") if not t.is_alive() else None

@@ -33,6 +33,7 @@ def _say(msg: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from raygpu.demo import deadlock
+    from raygpu.model.labels import LABEL_POOL
     from raygpu.testing import addons
     from raygpu.testing import manifests as m
     from raygpu.testing.controlplane import Testbed
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     nodes = {f"{ns}-gpu{i}": "h100x8" for i in range(8)} | {f"{ns}-cpu": "cpu16"}
     _say(EXPLAIN)
     try:
-        addons.add_nodes(tb, nodes, labels={m.POOL_LABEL: ns})
+        addons.add_nodes(tb, nodes, labels={LABEL_POOL: ns})
         queue = None
         if args.backend == "kueue":
             apply(dyn, m.cluster_queue(f"{ns}-cq", {"cpu": "768", "memory": "8Ti", "nvidia.com/gpu": "64"}))

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from raygpu.adapters.kube import KubeAdapter
     from raygpu.errors import RayGpuError
     from raygpu.reclaim import logs
-    from raygpu.reclaim.cache import ClusterCache
+    from raygpu.adapters.kube_watch import ClusterCache
     from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
     from raygpu.reclaim.metrics import SidecarMetrics
 

@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterator
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError
 from raygpu.gang.reservation import GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, reserve
-from raygpu.model.gang import LABEL_RESERVATION, GangPlan, GangRequest, ReservationState
+from raygpu.model.gang import GangPlan, GangRequest, ReservationState
+from raygpu.model.labels import LABEL_RESERVATION
 from raygpu.plan.gang import plan_gang
 
 HEARTBEAT_EVERY_S = 10.0

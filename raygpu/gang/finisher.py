@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from raygpu.adapters.kube import KubeAdapter
     from raygpu.errors import RayGpuError
     from raygpu.gang.reservation import GROUP_DRAINING, finish_release
-    from raygpu.model.gang import ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION
-    from raygpu.plan.gang import dns_label
+    from raygpu.model.labels import ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION, dns_label
 
     t0 = time.monotonic()
     try:

@@ -24,18 +24,17 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.gang import (ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_RESERVATION_STATE,
-                               LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, GangPlan, GangRequest,
-                               ReservationState, check_transition)
+from raygpu.model.gang import GangPlan, GangRequest, ReservationState, check_transition
+from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
+                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_RESERVATION_STATE,
+                                 LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
 from raygpu.model.views import K8sPodView
-from raygpu.plan.gang import dns_label, plan_gang
+from raygpu.plan.gang import plan_gang
 from raygpu.plan.patch import (add_worker_group, raycluster_patch, remove_worker_group, set_replicas,
                                set_workers_to_delete)
 
 MAX_REPLANS = 5
 RELEASE_DRAIN_S = 60.0  # how long a release waits for the reservation's pods to go
-ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"
-ANNOTATION_DEADLINE = "raygpu.io/deadline-at"
 
 
 @dataclass
@@ -76,7 +75,7 @@ class Reservation:
         """Advance RESERVED -> ADMITTED -> BOUND from what the pods show; returns the state."""
         ps = [p for p in self.pods() if not p.deleting]
         n = self.plan.pod_count
-        gated = any(p.annotations.get("raygpu.io/gated") for p in ps)
+        gated = any(p.annotations.get(ANNOTATION_GATED) for p in ps)
         if self.state == ReservationState.RESERVED and len(ps) == n and not gated and all(p.node_name for p in ps):
             self.transition(ReservationState.ADMITTED, f"{n} pods scheduled together")
         if self.state == ReservationState.ADMITTED and all(p.phase == "Running" for p in ps) and len(ps) == n:

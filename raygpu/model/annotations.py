@@ -13,18 +13,13 @@ import math
 import re
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from raygpu.model.base import Frozen
 from raygpu.model.gang import Backend
-
-KEY_GANG_BACKEND = "raygpu.io/gang-backend"
-KEY_QUEUE = "raygpu.io/queue"
-KEY_GANG_TEMPLATE = "raygpu.io/gang-template"
-KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"
-KEY_RECLAIM = "raygpu.io/reclaim"
-KEY_RECONCILE = "raygpu.io/reconcile"
-GROUP_IDLE_TIMEOUT_PREFIX = KEY_IDLE_TIMEOUT + "."  # raygpu.io/idle-timeout.<worker group>
-POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE)
+from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, KEY_GANG_BACKEND, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT,
+                                 KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, POLICY_KEYS, PREFIX)
+from raygpu.model.reclaim import ReclaimMode
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -34,21 +29,14 @@ _QUEUE_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 _GROUP_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
-class ReclaimMode(str, Enum):
-    OFF = "off"  # never scale workers down
-    DRY_RUN = "dry-run"  # decide and report, write nothing
-    ON = "on"  # scale idle workers down
-
-
 class ReconcileMode(str, Enum):
     REPORT = "report"  # findings only
     REPAIR = "repair"  # findings plus the safe fixes
 
 
-class ClusterPolicy(BaseModel):
+class ClusterPolicy(Frozen):
     """Per-RayCluster settings; every field has the safe default used when its annotation is bad."""
 
-    model_config = ConfigDict(frozen=True)
 
     gang_backend: Backend = Backend.NONE
     queue: str | None = None
@@ -63,10 +51,9 @@ class ClusterPolicy(BaseModel):
         return self.group_idle_timeout_s.get(group_name, self.idle_timeout_s)
 
 
-class AnnotationProblem(BaseModel):
+class AnnotationProblem(Frozen):
     """One annotation raygpu could not use: which, its value, why, and what it used instead."""
 
-    model_config = ConfigDict(frozen=True)
 
     key: str
     value: str
@@ -161,7 +148,7 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
             except (ValueError, TypeError) as exc:
                 problems.append(AnnotationProblem(key=key, value=raw, reason=str(exc),
                                                   default_used=f"cluster idle timeout {cluster_timeout:g}s"))
-        elif key.startswith("raygpu.io/") and key not in POLICY_KEYS:
+        elif key.startswith(PREFIX) and key not in POLICY_KEYS:
             close = difflib.get_close_matches(key, POLICY_KEYS, n=1, cutoff=0.85)
             if close:
                 problems.append(AnnotationProblem(key=key, value=raw, reason=f"unknown key; did you mean {close[0]}?",

@@ -3,7 +3,7 @@
 A :class:`Finding` names one disagreement between the three views of a GPU
 (Ray's, kubelet's, NVML's), the :class:`Layer` whose fault explains it, the
 numbers each view gave (:class:`Evidence`) and where to look to fix it.
-:class:`DoctorReport` is what ``raygpu.plan.reconcile.reconcile`` returns and
+:class:`DoctorReport` is what ``raygpu.plan.doctor.reconcile.reconcile`` returns and
 what ``raygpu doctor`` renders.
 
 Pure data: no I/O, no clock, no ray / kubernetes / pynvml imports.
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from raygpu.model.base import Frozen
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
 
 class _Ranked(str, Enum):
@@ -83,7 +82,7 @@ class FindingKind(_Ranked):
     STRANDED_GPUS = "stranded-gpus"  # the pod holds GPUs Ray does not schedule
 
 
-class Evidence(_Frozen):
+class Evidence(Frozen):
     """The number each view gave for the subject; None where that view says nothing.
 
     ``ray``: GPUs in the Ray node's total. ``pod``: GPU units in the pod's
@@ -101,7 +100,7 @@ class Evidence(_Frozen):
     facts: tuple[str, ...] = ()
 
 
-class Finding(_Frozen):
+class Finding(Frozen):
     kind: FindingKind
     severity: Severity
     layer: Layer
@@ -118,7 +117,7 @@ class Finding(_Frozen):
 
 
 # ------------------------------------------------------------ stranded GPUs
-class NodeStranded(_Frozen):
+class NodeStranded(Frozen):
     """GPUs of one Kubernetes node that are allocatable but cannot be used.
 
     ``free_gpus`` = allocatable - requested by the pods bound to the node.
@@ -147,7 +146,7 @@ class NodeStranded(_Frozen):
         return self.integer_model_gpus + self.cpu_memory_gpus + self.fragment_gpus
 
 
-class StrandedReport(_Frozen):
+class StrandedReport(Frozen):
     """Stranded-GPU arithmetic over the whole snapshot (GPU nodes only)."""
 
     nodes: tuple[NodeStranded, ...] = ()
@@ -164,7 +163,7 @@ class StrandedReport(_Frozen):
 
 
 # ------------------------------------------------------------------ report
-class NodeRow(_Frozen):
+class NodeRow(Frozen):
     """One GPU node, the four views' counts side by side (``raygpu doctor``'s table)."""
 
     node: str
@@ -178,7 +177,7 @@ class NodeRow(_Frozen):
     findings: int = 0
 
 
-class DoctorReport(_Frozen):
+class DoctorReport(Frozen):
     """The doctor's answer for one snapshot.
 
     ``findings`` are sorted by :attr:`Finding.sort_key`. ``exit_code`` is

@@ -17,18 +17,11 @@ import math
 from enum import Enum
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from raygpu.errors import PermanentError
+from raygpu.model.base import Frozen
 from raygpu.model.shapes import GpuShape
-
-# Labels and annotations raygpu writes on Kubernetes objects (and Ray node labels).
-LABEL_RESERVATION = "raygpu.io/reservation"  # value: GangPlan.reservation_group; pods, Ray nodes, gang objects
-LABEL_OWNER_JOB = "raygpu.io/owner-job"  # Ray job id of the driver that owns the reservation (GC when it dies)
-LABEL_CLUSTER = "raygpu.io/cluster"  # RayCluster name, on gang objects (PodGroups) raygpu creates
-ANNOTATION_RESERVATION_STATE = "raygpu.io/reservation-state"  # a ReservationState value
-ANNOTATION_PLACEMENT_GROUP = "raygpu.io/placement-group"  # Ray placement group id, once created
-ANNOTATION_PLAN_REASON = "raygpu.io/plan-reason"  # GangPlan.reason, for humans reading kubectl output
 
 
 class Strategy(str, Enum):
@@ -80,11 +73,8 @@ def check_bundle(raw: Any, index: int | None = None) -> dict[str, float]:
     return out
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
-
-class Bundle(_Frozen):
+class Bundle(Frozen):
     """One Ray bundle, e.g. ``Bundle(resources={"GPU": 8, "CPU": 32})``; ``memory`` is in bytes."""
 
     resources: dict[str, float]
@@ -105,7 +95,7 @@ class Bundle(_Frozen):
         return self.resources.get(resource, 0.0)
 
 
-class GangRequest(_Frozen):
+class GangRequest(Frozen):
     """What a driver asks for: ``bundles`` placed with ``strategy`` on RayCluster ``cluster``.
 
     ``backend``/``queue`` of None mean "use the cluster's annotations". ``timeout_s``
@@ -155,7 +145,7 @@ class GangRequest(_Frozen):
         return float(value)
 
 
-class PodNeed(_Frozen):
+class PodNeed(Frozen):
     """The pods a plan needs: ``pod_count`` copies of worker group ``template_group``.
 
     ``k8s_requests``/``k8s_limits`` are per pod in Kubernetes names (all containers,
@@ -172,7 +162,7 @@ class PodNeed(_Frozen):
     gpu_shape: GpuShape | None = None
 
 
-class GangPlan(_Frozen):
+class GangPlan(Frozen):
     """The decision for one GangRequest; nothing exists in Kubernetes yet.
 
     ``bundle_to_pod[i]`` is the pod index (0..pod_count-1) bundle ``i`` is planned on.

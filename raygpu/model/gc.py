@@ -10,27 +10,15 @@ Pure data: no I/O, no ray/kubernetes imports.
 
 from __future__ import annotations
 
-import datetime as dt
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from raygpu.model.base import Frozen, timestamp_s
+from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
+                                 ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION)
 
-from raygpu.model.gang import (
-    ANNOTATION_PLACEMENT_GROUP,
-    ANNOTATION_RESERVATION_STATE,
-    LABEL_CLUSTER,
-    LABEL_OWNER_JOB,
-    LABEL_RESERVATION,
-)
-
-ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"  # unix seconds, written by the driver's watchdog
-ANNOTATION_DEADLINE = "raygpu.io/deadline-at"  # unix seconds: ready by then or rolled back
 DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
 
 def _seconds(raw: Any) -> float | None:
@@ -40,13 +28,7 @@ def _seconds(raw: Any) -> float | None:
         return None
 
 
-def _timestamp_s(raw: str | None) -> float:
-    if not raw:
-        return 0.0
-    return dt.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-
-
-class ReservationRecord(_Frozen):
+class ReservationRecord(Frozen):
     """One reservation's state ConfigMap, typed.
 
     ``state`` is the raw annotation value (an unknown value is kept, so the
@@ -76,7 +58,7 @@ class ReservationRecord(_Frozen):
                    or None, owner_job=labels.get(LABEL_OWNER_JOB) or None,
                    heartbeat_at_s=_seconds(ann.get(ANNOTATION_HEARTBEAT)),
                    deadline_at_s=_seconds(ann.get(ANNOTATION_DEADLINE)),
-                   created_at_s=_timestamp_s(md.get("creationTimestamp")), uid=md.get("uid", ""))
+                   created_at_s=timestamp_s(md.get("creationTimestamp")), uid=md.get("uid", ""))
 
 
 class GcAction(str, Enum):
@@ -97,7 +79,7 @@ class GcReason(str, Enum):
     LIVE = "Live"  # the one keep reason
 
 
-class GcDecision(_Frozen):
+class GcDecision(Frozen):
     reservation: str  # ConfigMap name
     group: str
     action: GcAction
@@ -105,7 +87,7 @@ class GcDecision(_Frozen):
     detail: str = ""
 
 
-class GcPlan(_Frozen):
+class GcPlan(Frozen):
     """The garbage collector's output at ``planned_at_s``.
 
     ``to_release`` lists the reservations to release (remove the worker group,

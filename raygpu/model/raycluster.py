@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from raygpu.model.base import Frozen
 from raygpu.model.shapes import ray_gpu_count_from_limits
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -37,11 +38,8 @@ def _resource_map(raw: dict[str, Any] | None) -> dict[str, float]:
     return {k: parse_quantity(v) for k, v in (raw or {}).items()}
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
-
-class GroupTemplate(_Frozen):
+class GroupTemplate(Frozen):
     """One head or worker group: what every pod of it asks Kubernetes and Ray for."""
 
     group_name: str
@@ -72,7 +70,7 @@ class GroupTemplate(_Frozen):
         return self.limits.get("cpu", self.requests.get("cpu", 0.0))
 
 
-class RayClusterView(_Frozen):
+class RayClusterView(Frozen):
     name: str
     namespace: str
     uid: str = ""

@@ -12,23 +12,21 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-RESERVATION_LABEL = "raygpu.io/reservation"  # pod label naming the gang reservation it belongs to
-RESERVATION_GROUP_PREFIX = "rg-"  # worker groups that carry a reservation
+from raygpu.model.base import Frozen
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
 
 class ReclaimMode(str, Enum):
-    OFF = "off"  # do not plan, do not write
+    """What the reclaimer may do (annotation ``raygpu.io/reclaim``)."""
+
+    OFF = "off"  # do not plan, do not write: never scale workers down
     DRY_RUN = "dry-run"  # plan and report (events, metrics), never write
-    ON = "on"  # plan and apply
+    ON = "on"  # plan and apply: scale idle workers down
 
 
-class ReclaimPolicy(_Frozen):
+class ReclaimPolicy(Frozen):
     """The reclaimer's knobs; the sidecar builds it from the cluster's annotations.
 
     ``mode`` does not change the plan: the same plan is computed in ``dry-run``
@@ -76,7 +74,7 @@ class ReclaimReason(str, Enum):
     IDLE = "Idle"  # the one delete reason
 
 
-class Decision(_Frozen):
+class Decision(Frozen):
     """The verdict on one pod of the cluster, with a machine reason and a human detail."""
 
     pod_name: str
@@ -90,7 +88,7 @@ class Decision(_Frozen):
     idle_for_s: float | None = None  # None: busy or no Ray node
 
 
-class GroupScaleDown(_Frozen):
+class GroupScaleDown(Frozen):
     """One worker group's new ``replicas`` and ``scaleStrategy.workersToDelete``.
 
     ``workers_to_delete`` is the full new list (what was there + ``added``);
@@ -105,7 +103,7 @@ class GroupScaleDown(_Frozen):
     added: tuple[str, ...]  # pods this plan deletes, sorted
 
 
-class ReclaimPlan(_Frozen):
+class ReclaimPlan(Frozen):
     """The reclaimer's output for one cluster at ``planned_at_s``.
 
     ``to_delete`` is empty when nothing is reclaimable. ``cluster_resource_version``

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict
+from raygpu.model.base import Frozen
 
 _MIG_RE = re.compile(r"^nvidia\.com/mig-(?P<g>\d+)g\.(?P<m>\d+)gb(?:\.(?P<extra>[a-z0-9+.]+))?$")
 
@@ -28,10 +28,9 @@ class GpuKind(str, Enum):
     SHARE = "share"
 
 
-class GpuShape(BaseModel):
+class GpuShape(Frozen):
     """One kind of schedulable GPU unit, as a Kubernetes resource name describes it."""
 
-    model_config = ConfigDict(frozen=True)
 
     resource: str
     kind: GpuKind

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from raygpu.model.base import Frozen
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
 
 # ----------------------------------------------------------------- Ray view
-class RayNodeView(_Frozen):
+class RayNodeView(Frozen):
     node_id: str
     alive: bool
     is_head: bool = False
@@ -53,7 +52,7 @@ class PgState(str, Enum):
     RESCHEDULING = "RESCHEDULING"
 
 
-class PlacementGroupView(_Frozen):
+class PlacementGroupView(Frozen):
     pg_id: str
     name: str = ""
     state: PgState
@@ -64,7 +63,7 @@ class PlacementGroupView(_Frozen):
     creator_job_id: str | None = None
 
 
-class RayView(_Frozen):
+class RayView(Frozen):
     reachable: bool = True
     reason: str | None = None  # why not reachable
     nodes: tuple[RayNodeView, ...] = ()
@@ -72,13 +71,13 @@ class RayView(_Frozen):
 
 
 # ---------------------------------------------------------- Kubernetes view
-class Taint(_Frozen):
+class Taint(Frozen):
     key: str
     value: str | None = None
     effect: str
 
 
-class Toleration(_Frozen):
+class Toleration(Frozen):
     key: str | None = None
     operator: str = "Equal"
     value: str | None = None
@@ -94,7 +93,7 @@ class Toleration(_Frozen):
         return self.operator == "Exists" or self.value == taint.value
 
 
-class K8sNodeView(_Frozen):
+class K8sNodeView(Frozen):
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
     capacity: dict[str, float] = Field(default_factory=dict)
@@ -104,7 +103,7 @@ class K8sNodeView(_Frozen):
     unschedulable: bool = False
 
 
-class K8sPodView(_Frozen):
+class K8sPodView(Frozen):
     name: str
     namespace: str
     uid: str = ""
@@ -128,14 +127,14 @@ class K8sPodView(_Frozen):
         return self.ray_node_type == "head"
 
 
-class DevicePluginPod(_Frozen):
+class DevicePluginPod(Frozen):
     name: str
     namespace: str
     node_name: str
     ready: bool
 
 
-class ResourceSliceView(_Frozen):
+class ResourceSliceView(Frozen):
     """A DRA ResourceSlice (resource.k8s.io), reduced to what the doctor needs."""
 
     name: str
@@ -144,7 +143,7 @@ class ResourceSliceView(_Frozen):
     device_count: int
 
 
-class K8sView(_Frozen):
+class K8sView(Frozen):
     reachable: bool = True
     reason: str | None = None
     nodes: tuple[K8sNodeView, ...] = ()
@@ -154,13 +153,13 @@ class K8sView(_Frozen):
 
 
 # -------------------------------------------------------------- NVML view
-class MigDeviceView(_Frozen):
+class MigDeviceView(Frozen):
     uuid: str
     profile: str  # e.g. "3g.40gb"
     memory_total_bytes: int = 0
 
 
-class NvmlDeviceView(_Frozen):
+class NvmlDeviceView(Frozen):
     index: int
     uuid: str
     name: str
@@ -169,7 +168,7 @@ class NvmlDeviceView(_Frozen):
     mig_devices: tuple[MigDeviceView, ...] = ()
 
 
-class NvmlView(_Frozen):
+class NvmlView(Frozen):
     """What NVML reports inside one Ray node's container."""
 
     node_id: str
@@ -186,7 +185,7 @@ class NvmlView(_Frozen):
 
 
 # --------------------------------------------------------------- snapshot
-class Snapshot(_Frozen):
+class Snapshot(Frozen):
     """One consistent-enough read of all three views, taken at ``taken_at_s``."""
 
     taken_at_s: float

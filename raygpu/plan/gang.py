@@ -8,13 +8,12 @@ template) for a request no worker group of the cluster can ever hold.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.annotations import ClusterPolicy, parse_cluster_policy
 from raygpu.model.gang import Backend, Bundle, GangPlan, GangRequest, PodNeed, Strategy
+from raygpu.model.labels import dns_label, reservation_group_name
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.shapes import GpuKind
 from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
@@ -33,25 +32,6 @@ class _Candidate:
     def kind(self) -> GpuKind | None:
         shape, _ = template_gpu_shape(self.group)
         return shape.kind if shape is not None else None
-
-
-def dns_label(text: str, prefix: str = "") -> str:
-    """``prefix + text`` as a DNS label (<= 63 chars, [a-z0-9-]); deterministic.
-
-    When ``text`` had to be changed or cut, 8 hex digits of its SHA-256 are
-    appended so that different texts keep different labels.
-    """
-    clean = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", text.lower())).strip("-")
-    if clean == text and clean and len(prefix + clean) <= 63:
-        return prefix + clean
-    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    head = (prefix + clean)[: 63 - 9].rstrip("-") or "rg"
-    return f"{head}-{digest}"
-
-
-def reservation_group_name(request_name: str) -> str:
-    """The worker group name of a reservation: ``rg-<name>`` as a valid DNS label."""
-    return dns_label(request_name, prefix="rg-")
 
 
 def _misfit(amounts: dict[str, float], cap: dict[str, float]) -> str | None:

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import (
-    RESERVATION_GROUP_PREFIX,
-    RESERVATION_LABEL,
     Decision,
     DecisionAction,
     GroupScaleDown,
@@ -195,8 +194,8 @@ def _key(pod: K8sPodView) -> tuple[str, str]:
 
 def _reservation(w: _Worker) -> str | None:
     """The reservation a worker belongs to: its pod label, else its rg- group."""
-    if RESERVATION_LABEL in w.pod.labels:
-        return w.pod.labels[RESERVATION_LABEL]
+    if LABEL_RESERVATION in w.pod.labels:
+        return w.pod.labels[LABEL_RESERVATION]
     return w.group if w.group.startswith(RESERVATION_GROUP_PREFIX) else None
 
 

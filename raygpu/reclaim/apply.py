@@ -2,7 +2,8 @@
 
 ``reclaim_patch`` is pure (plan in, RFC 6902 ops out); ``apply_reclaim`` and
 ``release_reservation`` do the writes through ``KubeAdapter`` and reuse the gang
-module's release code.
+module's release code; ``apply_release`` is the garbage collector's step for
+one reservation, its outcome a value (``ReleaseResult``), never an exception.
 
 Why applying twice deletes nothing twice: the patch starts with a ``test`` on
 the resourceVersion the plan was made from, so a stale plan never lands; and a
@@ -18,7 +19,7 @@ from enum import Enum
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, RayGpuError
-from raygpu.gang.reservation import finish_release
+from raygpu.gang.reservation import GROUP_DRAINING, GROUP_REMOVED, finish_release
 from raygpu.model.gc import GcDecision
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPlan
@@ -83,3 +84,32 @@ def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decisio
     on failure.
     """
     return finish_release(kube, namespace, cluster, decision.reservation, decision.group, drain_timeout_s=0)
+
+
+class ReleaseStatus(str, Enum):
+    RELEASED = "released"  # this step removed the worker group or deleted the state ConfigMap
+    ALREADY_RELEASED = "already-released"  # nothing left to do: an earlier cycle (or the driver) did it
+    DRAINING = "draining"  # the group is at zero replicas, its pods still going: a later cycle finishes
+    FAILED = "failed"  # the error says why; the next cycle re-plans
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    decision: GcDecision
+    status: ReleaseStatus
+    group_removed: bool = False
+    configmap_deleted: bool = False
+    error: str | None = None
+
+
+def apply_release(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> ReleaseResult:
+    """One ``release_reservation`` step for ``decision``; errors come back as values, never raised."""
+    try:
+        group_state, cm_deleted = release_reservation(kube, namespace, cluster, decision)
+    except RayGpuError as e:
+        return ReleaseResult(decision, ReleaseStatus.FAILED, error=str(e))
+    if group_state == GROUP_DRAINING:
+        return ReleaseResult(decision, ReleaseStatus.DRAINING)
+    group_removed = group_state == GROUP_REMOVED
+    status = ReleaseStatus.RELEASED if group_removed or cm_deleted else ReleaseStatus.ALREADY_RELEASED
+    return ReleaseResult(decision, status, group_removed=group_removed, configmap_deleted=cm_deleted)

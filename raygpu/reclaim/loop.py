@@ -7,10 +7,11 @@ One cycle, in order:
    (see ``raygpu.plan.gc``).
 2. Policy from the RayCluster's annotations; each distinct bad value gives one
    ``InvalidAnnotation`` Event and its safe default. Mode ``off`` stops here.
-3. Ray's view from the GCS (nodes, placement groups) and its job table.
-4. Plans, both pure: ``plan_gc`` (reservations to release) and
-   ``plan_reclaim`` (workers to remove; every reservation with a state
-   ConfigMap is left to the garbage collector).
+3. Ray's view from the GCS (nodes, placement groups) and its job table,
+   joined with step 1 into one ``CycleState``.
+4. One pure decision, ``plan_cycle(state) -> CyclePlan``: ``plan_gc``
+   (reservations to release), then ``plan_reclaim`` (workers to remove; every
+   reservation with a state ConfigMap is left to the garbage collector).
 5. Report: one log line per decision that changed, metrics; in ``dry-run``
    one ``ScaleDownDryRun`` Event per distinct plan, and stop.
 6. Apply (mode ``on``): one JSON patch on the RayCluster, first op a test of
@@ -22,7 +23,9 @@ One cycle, in order:
    with the gang module's release code, one step per cycle and never waiting:
    scale its group to zero, and once its pods are gone (a later cycle, as
    ``plan_gc`` still says release while the state ConfigMap exists) remove the
-   group and the ConfigMap.
+   group and the ConfigMap (``apply_release``: errors are values).
+8. The outcome: ``applied`` when anything was written, ``error`` when a
+   release failed and nothing else happened.
 
 ``cycle`` never raises: every failure is a ``CycleOutcome`` and a log line,
 and the next cycle starts from a new snapshot.
@@ -39,17 +42,16 @@ from typing import Callable
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError, TransientError
-from raygpu.model.annotations import KEY_RECLAIM, parse_cluster_policy
+from raygpu.model.cycle import CycleState
+from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcPlan
 from raygpu.model.raycluster import RayClusterView
-from raygpu.gang.reservation import GROUP_DRAINING, GROUP_REMOVED
-from raygpu.model.reclaim import RESERVATION_GROUP_PREFIX, DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
-from raygpu.model.views import K8sView, RayView, Snapshot
-from raygpu.plan.gang import dns_label
-from raygpu.plan.gc import plan_gc
-from raygpu.plan.reclaim import plan_reclaim
-from raygpu.reclaim.apply import ApplyStatus, apply_reclaim, release_reservation
-from raygpu.reclaim.cache import CacheView, ClusterCache
+from raygpu.model.labels import KEY_RECLAIM, RESERVATION_GROUP_PREFIX, dns_label
+from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
+from raygpu.model.views import RayView
+from raygpu.plan.cycle import plan_cycle
+from raygpu.reclaim.apply import ApplyStatus, ReleaseStatus, apply_reclaim, apply_release
+from raygpu.adapters.kube_watch import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
 
 log = logging.getLogger("raygpu.sidecar")
@@ -111,7 +113,7 @@ class Reclaimer:
         if read_ray is None:
             from raygpu.adapters.ray_gcs import read_ray_view as read_ray
         if read_jobs is None:
-            from raygpu.reclaim.ray_jobs import read_job_liveness as read_jobs
+            from raygpu.adapters.ray_gcs import read_job_liveness as read_jobs
         self.kube, self.cache, self.config = kube, cache, config
         self.metrics = metrics or SidecarMetrics()
         self.clock, self.read_ray, self.read_jobs = clock, read_ray, read_jobs
@@ -166,104 +168,120 @@ class Reclaimer:
 
     # ----------------------------------------------------------------- steps
     def _cycle(self, before_apply: BeforeApply | None) -> CycleReport:
-        cfg = self.config
-        # 1. Kubernetes from the watch cache; reservations are thereby read before Ray.
+        # 1. Observe Kubernetes from the watch cache (no LIST); reservations are thereby read before Ray.
         view = self.cache.view()
-        if not view.synced:
-            return CycleReport(CycleOutcome.NOT_SYNCED, error="; ".join(view.errors) or "watch cache not synced yet")
-        if view.cluster is None:
-            return CycleReport(CycleOutcome.NO_CLUSTER, error=f"RayCluster {cfg.namespace}/{cfg.cluster} not found")
-        cluster = view.cluster
-        now_s = self.clock()
-
-        # 2. Policy; bad values -> one Event each, and the safe default.
+        unplannable = self._unplannable(view)
+        if unplannable is not None:
+            return unplannable
+        cluster, now_s = view.cluster, self.clock()
+        # 2. Policy from the annotations; bad values -> one Event each, and the safe default.
         mode, policy = self._policy(cluster)
         if mode is ReclaimMode.OFF:
             return CycleReport(CycleOutcome.OFF, mode=mode)
+        # 3. Observe Ray: nodes and placement groups, then the job table; one state in.
+        state = self._observe(view, cluster, policy, now_s)
+        # 4. Plan, purely: reservations to release, then workers to remove; one plan out.
+        plan = plan_cycle(state)
+        # 5. Report: decisions that changed, metrics. A dry run stops here.
+        self._report(plan.reclaim, plan.gc, view, state.ray, mode, now_s)
+        report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan.reclaim, gc=plan.gc)
+        if mode is ReclaimMode.DRY_RUN:
+            return self._dry_run(report, cluster)
+        # 6. Apply the scale-down: one tested patch. A conflict or failure drops the plan, GC included.
+        if plan.reclaim.to_delete and not self._scale_down(report, cluster, before_apply):
+            return report
+        # 7. Garbage-collect reservations nobody will release: one step each, never waiting.
+        self._collect_garbage(report, cluster)
+        # 8. The outcome: applied if anything was written, error if a release failed.
+        return _concluded(report)
 
-        # 3. Ray: nodes and placement groups, then the job table.
+    def _unplannable(self, view: CacheView) -> CycleReport | None:
+        """Step 1's verdict: a report when the cache cannot be planned from (not synced, no RayCluster)."""
+        if not view.synced:
+            return CycleReport(CycleOutcome.NOT_SYNCED, error="; ".join(view.errors) or "watch cache not synced yet")
+        if view.cluster is None:
+            cfg = self.config
+            return CycleReport(CycleOutcome.NO_CLUSTER, error=f"RayCluster {cfg.namespace}/{cfg.cluster} not found")
+        return None
+
+    def _observe(self, view: CacheView, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float) -> CycleState:
+        """Step 3: Ray's view and job table, joined with the cached Kubernetes view into one state."""
+        cfg = self.config
         ray = self.read_ray(cfg.ray_address, timeout_s=cfg.ray_timeout_s, now_s=now_s)
         jobs = self.read_jobs(cfg.ray_address) if ray.reachable else None
+        return CycleState(now_s=now_s, cluster=cluster, pods=view.pods, reservations=view.reservations, ray=ray,
+                          jobs=jobs, policy=policy, heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                          orphan_groups=self._orphan_groups(cluster, view.reservations, now_s))
 
-        # 4. Plans.
-        gc = plan_gc(view.reservations, ray, now_s, jobs=jobs, heartbeat_timeout_s=cfg.heartbeat_timeout_s,
-                     orphan_groups=self._orphan_groups(cluster, view.reservations, now_s))
-        policy = policy.model_copy(update={"live_reservations": gc.reservation_groups})
-        snapshot = Snapshot(taken_at_s=now_s, cluster=cluster.name, namespace=cluster.namespace, ray=ray,
-                            k8s=K8sView(pods=view.pods))
-        plan = plan_reclaim(snapshot, cluster, policy, now_s)
+    def _dry_run(self, report: CycleReport, cluster: RayClusterView) -> CycleReport:
+        """Step 5 in ``dry-run``: one ``ScaleDownDryRun`` Event per distinct plan; nothing is written."""
+        plan, gc = report.plan, report.gc
+        assert plan is not None and gc is not None
+        if plan.deleted_pods and plan.deleted_pods != self._last_dry_run:
+            self._event(cluster, "ScaleDownDryRun", "dry-run (raygpu.io/reclaim is not 'on'), would delete: "
+                        + _pod_list(plan))
+        self._last_dry_run = plan.deleted_pods
+        if plan.to_delete or gc.to_release:
+            report.outcome = CycleOutcome.DRY_RUN
+        return report
 
-        # 5. Report.
-        self._report(plan, gc, view, ray, mode, now_s)
-        report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan, gc=gc)
-        if mode is ReclaimMode.DRY_RUN:
-            if plan.deleted_pods and plan.deleted_pods != self._last_dry_run:
-                self._event(cluster, "ScaleDownDryRun", "dry-run (raygpu.io/reclaim is not 'on'), would delete: "
-                            + _pod_list(plan))
-            self._last_dry_run = plan.deleted_pods
-            if plan.to_delete or gc.to_release:
-                report.outcome = CycleOutcome.DRY_RUN
-            return report
+    def _scale_down(self, report: CycleReport, cluster: RayClusterView, before_apply: BeforeApply | None) -> bool:
+        """Step 6: send the plan's one tested patch. False (and the report says why) when it did not land."""
+        plan = report.plan
+        assert plan is not None
+        if before_apply is not None:
+            before_apply(plan)
+        result = apply_reclaim(self.kube, plan)
+        fields = self._ids({"resource_version": plan.cluster_resource_version, "pods": list(plan.deleted_pods),
+                            "status": result.status.value, "error": result.error})
+        log.info("patch", extra={"fields": fields})
+        if result.status is ApplyStatus.CONFLICT:
+            self.metrics.patch_conflicts.inc()
+            self.cache.wait_cluster_change(plan.cluster_resource_version, CONFLICT_WAIT_S)
+            report.outcome, report.error = CycleOutcome.CONFLICT, result.error
+            return False  # the plan is dropped; GC waits for the re-plan too
+        if result.status is ApplyStatus.FAILED:
+            report.outcome, report.error = CycleOutcome.ERROR, result.error
+            return False
+        assert result.cluster is not None
+        self.cache.assume_cluster(result.cluster, plan.cluster_resource_version)
+        report.outcome, report.deleted_pods = CycleOutcome.APPLIED, plan.deleted_pods
+        self.metrics.gpus_reclaimed.inc(plan.reclaimed_gpus)
+        self.metrics.workers_deleted.inc(len(plan.deleted_pods))
+        for g in plan.to_delete:
+            reasons = "; ".join(f"{d.pod_name} ({d.reason.value}: {d.detail})"
+                                for d in plan.decisions if d.pod_name in g.added)
+            self._event(cluster, "ScaledDown", f"worker group {g.group_name}: replicas {g.old_replicas} -> "
+                        f"{g.replicas}, deleting {len(g.added)}: {reasons}")
+        return True
 
-        # 6. Apply the scale-down: one tested patch.
-        if plan.to_delete:
-            if before_apply is not None:
-                before_apply(plan)
-            result = apply_reclaim(self.kube, plan)
-            fields = self._ids({"resource_version": plan.cluster_resource_version, "pods": list(plan.deleted_pods),
-                                "status": result.status.value, "error": result.error})
-            log.info("patch", extra={"fields": fields})
-            if result.status is ApplyStatus.CONFLICT:
-                self.metrics.patch_conflicts.inc()
-                self.cache.wait_cluster_change(plan.cluster_resource_version, CONFLICT_WAIT_S)
-                report.outcome, report.error = CycleOutcome.CONFLICT, result.error
-                return report  # the plan is dropped; GC waits for the re-plan too
-            if result.status is ApplyStatus.FAILED:
-                report.outcome, report.error = CycleOutcome.ERROR, result.error
-                return report
-            assert result.cluster is not None
-            self.cache.assume_cluster(result.cluster, plan.cluster_resource_version)
-            report.outcome, report.deleted_pods = CycleOutcome.APPLIED, plan.deleted_pods
-            self.metrics.gpus_reclaimed.inc(plan.reclaimed_gpus)
-            self.metrics.workers_deleted.inc(len(plan.deleted_pods))
-            for g in plan.to_delete:
-                reasons = "; ".join(f"{d.pod_name} ({d.reason.value}: {d.detail})"
-                                    for d in plan.decisions if d.pod_name in g.added)
-                self._event(cluster, "ScaledDown", f"worker group {g.group_name}: replicas {g.old_replicas} -> "
-                            f"{g.replicas}, deleting {len(g.added)}: {reasons}")
-
-        # 7. Garbage-collect reservations nobody will release.
+    def _collect_garbage(self, report: CycleReport, cluster: RayClusterView) -> None:
+        """Step 7: one release step per reservation of the GC plan, each reported as it lands."""
+        assert report.gc is not None
         released = []
-        for d in gc.to_release:
-            try:
-                group_state, cm_deleted = release_reservation(self.kube, cluster.namespace, cluster.name, d)
-            except RayGpuError as e:
-                report.errors.append(f"release {d.reservation}: {e}")
+        for d in report.gc.to_release:
+            result = apply_release(self.kube, cluster.namespace, cluster.name, d)
+            if result.status is ReleaseStatus.FAILED:
+                report.errors.append(f"release {d.reservation}: {result.error}")
                 log.warning("release-failed", extra={"fields": self._ids({"reservation": d.reservation,
-                                                                          "error": str(e)})})
+                                                                          "error": result.error})})
                 continue
-            if group_state == GROUP_DRAINING:  # never block a cycle: the next one finishes it
+            if result.status is ReleaseStatus.DRAINING:  # never block a cycle: the next one finishes it
                 if d.reservation not in self._draining:
                     self._draining.add(d.reservation)
                     log.info("draining", extra={"fields": self._ids({
                         "reservation": d.reservation, "group": d.group, "reason": d.reason.value})})
                 continue
             self._draining.discard(d.reservation)
-            group_removed = group_state == GROUP_REMOVED
-            log.info("released" if group_removed or cm_deleted else "already-released", extra={"fields": self._ids({
+            log.info(result.status.value, extra={"fields": self._ids({
                 "reservation": d.reservation, "group": d.group, "reason": d.reason.value, "detail": d.detail,
-                "group_removed": group_removed, "configmap_deleted": cm_deleted})})
-            if group_removed or cm_deleted:  # else a previous cycle (or the driver) did it; the cache lags
+                "group_removed": result.group_removed, "configmap_deleted": result.configmap_deleted})})
+            if result.status is ReleaseStatus.RELEASED:  # else a previous cycle (or the driver) did it; the cache lags
                 released.append(d.reservation)
                 self.metrics.reservations_released.labels(d.reason.value).inc()
                 self._event(cluster, "ReservationReleased", f"reservation {d.reservation} (worker group {d.group}) "
                             f"released: {d.reason.value}: {d.detail}")
         report.released = tuple(released)
-        if released:
-            report.outcome = CycleOutcome.APPLIED
-        if report.errors and report.outcome is CycleOutcome.IDLE:
-            report.outcome, report.error = CycleOutcome.ERROR, "; ".join(report.errors)
-        return report
 
     def _orphan_groups(self, cluster: RayClusterView, reservations, now_s: float) -> dict[str, tuple[str, float]]:
         """Reservation groups (rg-*) in the spec without a state ConfigMap, with when first seen so."""
@@ -333,6 +351,15 @@ class Reclaimer:
 
     def _ids(self, fields: dict) -> dict:
         return {"namespace": self.config.namespace, "cluster": self.config.cluster, **fields}
+
+
+def _concluded(report: CycleReport) -> CycleReport:
+    """Step 8: a cycle that released something applied; one whose releases failed (and did nothing else) erred."""
+    if report.released:
+        report.outcome = CycleOutcome.APPLIED
+    if report.errors and report.outcome is CycleOutcome.IDLE:
+        report.outcome, report.error = CycleOutcome.ERROR, "; ".join(report.errors)
+    return report
 
 
 def _pod_list(plan: ReclaimPlan) -> str:

@@ -10,7 +10,7 @@ import base64
 import urllib.request
 import ssl
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -21,10 +21,25 @@ from raygpu.testing.procs import port_open, wait_for
 
 if TYPE_CHECKING:
     from raygpu.testing.components import Binaries
-    from raygpu.testing.controlplane import Testbed
 
+SP_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_FLAVOR = "default-flavor"
+
+
+class Testbed(Protocol):
+    """What the add-ons need of ``raygpu.testing.controlplane.Testbed`` (which imports this module, not back)."""
+
+    root: Path
+    state: dict[str, Any]
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    @property
+    def logs(self) -> Path: ...
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None: ...
 
 
 def install_crds(tb: "Testbed", bins: "Binaries") -> None:
@@ -51,7 +66,6 @@ def install_crds(tb: "Testbed", bins: "Binaries") -> None:
 
 
 def start_scheduler_plugins(tb: "Testbed", bins: "Binaries", ports: dict[str, int]) -> None:
-    from raygpu.testing.controlplane import SP_SCHEDULER_NAME
     cfg = tb.root / "sp-scheduler.yaml"
     cfg.write_text(yaml.safe_dump({
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",

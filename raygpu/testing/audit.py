@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Iterable
+
+from raygpu.model.base import timestamp_s
 
 
 @dataclass
@@ -34,10 +35,6 @@ class AuditCount:
         return sum(self.users.get(user, Counter()).values())
 
 
-def _ts(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def read_requests(path: Path, users: Iterable[str] | None = None, since_s: float = 0.0,
                   until_s: float = float("inf")) -> list[Request]:
     """Requests received in [since_s, until_s) by ``users`` (all audited users when None), one per auditID."""
@@ -55,7 +52,7 @@ def read_requests(path: Path, users: Iterable[str] | None = None, since_s: float
                 user = (ev.get("user") or {}).get("username", "")
                 if wanted is not None and user not in wanted:
                     continue
-                at = _ts(ev["requestReceivedTimestamp"])
+                at = timestamp_s(ev["requestReceivedTimestamp"])
                 if not since_s <= at < until_s:
                     continue
                 ref = ev.get("objectRef") or {}

@@ -41,6 +41,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from raygpu.model.labels import ANNOTATION_TESTBED_RAY
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,6 @@ from typing import Any
 log = logging.getLogger("raygpu.bridge")
 
 MARKER_ENV = "RAYGPU_TESTBED_RAY"
-TESTBED_RAY_ANNOTATION = "raygpu.io/testbed-ray"  # "stopped" | "keep": see the module docstring
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL
 START_GATE_S = 45.0  # a node still starting after this no longer holds back the next one
@@ -169,7 +170,7 @@ class Bridge:
         wanted = {}
         for p in items:
             md, st = p["metadata"], p.get("status") or {}
-            hook = (md.get("annotations") or {}).get(TESTBED_RAY_ANNOTATION)
+            hook = (md.get("annotations") or {}).get(ANNOTATION_TESTBED_RAY)
             if md["uid"] in self.procs and hook == "keep":
                 self.procs[md["uid"]].keep = True
             if md.get("deletionTimestamp") and md.get("finalizers") and st.get("phase") == "Running":
@@ -232,7 +233,7 @@ class Bridge:
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=full_env, start_new_session=True)
         rp = RayProc(uid, name, ns, cluster, is_head, proc, started_at=time.monotonic(),
-                     keep=(md.get("annotations") or {}).get(TESTBED_RAY_ANNOTATION) == "keep")
+                     keep=(md.get("annotations") or {}).get(ANNOTATION_TESTBED_RAY) == "keep")
         if is_head:
             port = next(a.split("=", 1)[1] for a in argv if a.startswith("--port="))
             rp.address = f"127.0.0.1:{port}"

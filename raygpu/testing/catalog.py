@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from raygpu.model.labels import LABEL_TESTBED_SHAPE
+
 
 @dataclass(frozen=True)
 class NodeShape:
@@ -45,7 +47,7 @@ def node_manifest(name: str, shape: str | NodeShape, extra_labels: dict[str, str
     resources = {"cpu": s.cpu, "memory": s.memory, "pods": str(s.pods), **{k: str(v) for k, v in s.gpus.items()}}
     labels = {
         "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-        "type": "kwok", "raygpu.io/testbed-shape": shape if isinstance(shape, str) else "custom",
+        "type": "kwok", LABEL_TESTBED_SHAPE: shape if isinstance(shape, str) else "custom",
         **s.labels, **(extra_labels or {}),
     }
     return {

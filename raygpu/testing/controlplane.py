@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raygpu.testing import components, pki
+from raygpu.testing import addons, components, pki
 from raygpu.testing.catalog import node_manifest
 from raygpu.testing.procs import TestbedError, alive, free_port, spawn, stop, wait_for
 
@@ -43,7 +43,6 @@ rules:
   userGroups: ["system:nodes"]
 - level: Metadata
 """
-SP_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 DEFAULT_NODES = {"gpu-a": "h100x8", "gpu-b": "h100x8", "mig-a": "a100x8-mig-mixed", "t4-a": "t4x1",
                  "cpu-a": "cpu16"}
 STOP_ORDER = ["bridge", "kueue", "ray-operator", "kwok", "sp-controller", "sp-scheduler", "kube-scheduler",
@@ -126,7 +125,6 @@ class Testbed:
         try:
             self._up_core(bins, ports, progress)
             self._up_addons(bins, ports, progress)
-            from raygpu.testing import addons
             addons.add_nodes(self, nodes if nodes is not None else DEFAULT_NODES)
             self.state["ready_s"] = round(time.monotonic() - t0, 1)
             self._save()
@@ -207,7 +205,6 @@ class Testbed:
         c.close()
 
     def _up_addons(self, bins: components.Binaries, ports: dict[str, int], progress) -> None:
-        from raygpu.testing import addons
         progress("installing CRDs (KubeRay, scheduler-plugins, Kueue, Volcano PodGroup)")
         addons.install_crds(self, bins)
         progress("starting scheduler-plugins (coscheduling scheduler + PodGroup controller)")
@@ -309,4 +306,4 @@ def node(name: str, shape: str, extra_labels: dict[str, str] | None = None) -> d
     return node_manifest(name, shape, extra_labels)
 
 
-__all__ = ["Testbed", "TestbedError", "run_dir", "ADMIN_TOKEN", "SP_SCHEDULER_NAME"]
+__all__ = ["Testbed", "TestbedError", "run_dir", "ADMIN_TOKEN"]

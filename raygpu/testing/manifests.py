@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from raygpu.model.labels import LABEL_POOL, LABEL_TESTBED_SHAPE
+
 RAY_IMAGE = "rayproject/ray:2.60.0"  # never pulled: kwok runs no containers
-POOL_LABEL = "raygpu.io/pool"
 
 
 def worker_group(name: str, *, replicas: int = 0, min_replicas: int = 0, max_replicas: int = 16,
@@ -18,7 +19,7 @@ def worker_group(name: str, *, replicas: int = 0, min_replicas: int = 0, max_rep
     spec: dict[str, Any] = {"containers": [{"name": "ray-worker", "image": RAY_IMAGE,
                                             "resources": {"limits": dict(res), "requests": dict(res)}}]}
     if pool:
-        spec["nodeSelector"] = {POOL_LABEL: pool}
+        spec["nodeSelector"] = {LABEL_POOL: pool}
     if tolerations:
         spec["tolerations"] = tolerations
     g: dict[str, Any] = {"groupName": name, "replicas": replicas, "minReplicas": min_replicas,
@@ -35,7 +36,7 @@ def raycluster(name: str, namespace: str, workers: list[dict[str, Any]], *, pool
     head_spec: dict[str, Any] = {"containers": [{"name": "ray-head", "image": RAY_IMAGE, "resources": {
         "limits": {"cpu": head_cpu, "memory": "8Gi"}, "requests": {"cpu": head_cpu, "memory": "8Gi"}}}]}
     if pool:
-        head_spec["nodeSelector"] = {POOL_LABEL: pool, "raygpu.io/testbed-shape": "cpu16"}
+        head_spec["nodeSelector"] = {LABEL_POOL: pool, LABEL_TESTBED_SHAPE: "cpu16"}
     return {
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},

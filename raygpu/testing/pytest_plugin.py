@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons
 from raygpu.testing.controlplane import Testbed
-from raygpu.testing.manifests import POOL_LABEL
 
 
 def pytest_collection_modifyitems(items):
@@ -77,7 +77,7 @@ class Pool:
 
     def add(self, nodes: dict[str, str]) -> list[str]:
         named = {f"{self.name}-{k}": v for k, v in nodes.items()}
-        addons.add_nodes(self.tb, named, labels={POOL_LABEL: self.name})
+        addons.add_nodes(self.tb, named, labels={LABEL_POOL: self.name})
         self.nodes += list(named)
         return list(named)
 

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_api_load_quick(testbed):
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_api_load.py"), "--quick", "--json",
-                          "--no-plot"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_api_load", "--quick", "--json", "--no-plot"],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-4000:]
     result = json.loads(out.stdout)
     assert result["benchmark"] == "api_load" and result["machine"]["cpu_count"] >= 1

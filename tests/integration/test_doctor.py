@@ -38,7 +38,7 @@ import pytest
 
 from raygpu.testing import addons
 from raygpu.testing import manifests as m
-from raygpu.testing.bridge import TESTBED_RAY_ANNOTATION
+from raygpu.model.labels import ANNOTATION_TESTBED_RAY, LABEL_POOL
 from raygpu.testing.kube import apply
 from tests.integration.util import alive_ray_nodes, holds_for, pods, ray_address, wait_for
 
@@ -51,7 +51,7 @@ def doctor(testbed, ns: str, *extra: str, json_out: bool = True, pool: str | Non
     """Run ``raygpu doctor`` for RayCluster ns/doc; returns (exit code, parsed JSON or text)."""
     argv = [sys.executable, "-m", "raygpu.cli", "doctor", "--cluster", CLUSTER, "--namespace", ns,
             "--kubeconfig", str(testbed.kubeconfig), "--orphan-grace", "0",
-            "--node-selector", f"{m.POOL_LABEL}={pool or ns}", *extra]
+            "--node-selector", f"{LABEL_POOL}={pool or ns}", *extra]
     if json_out:
         argv.append("--json")
     t0 = time.monotonic()
@@ -85,7 +85,7 @@ def start_cluster(testbed, ns, kube, core, workers: list[dict], *, pool: str, an
 
 
 def annotate_pod(core, ns: str, name: str, value: str) -> None:
-    core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {TESTBED_RAY_ANNOTATION: value}}})
+    core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {ANNOTATION_TESTBED_RAY: value}}})
 
 
 # -------------------------------------------------------------------- tests
@@ -186,7 +186,7 @@ def test_raylet_stopped_under_running_pod_is_an_orphan(testbed, ns, pool, kube, 
 def test_pod_deleted_under_live_raylet_is_a_ghost(testbed, ns, pool, kube, core):
     pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8"})
     group = m.worker_group("gpu", replicas=1, pool=pool.name)
-    group["template"]["metadata"] = {"annotations": {TESTBED_RAY_ANNOTATION: "keep"}}
+    group["template"]["metadata"] = {"annotations": {ANNOTATION_TESTBED_RAY: "keep"}}
     addr = start_cluster(testbed, ns, kube, core, [group], pool=pool.name, wait_workers={"gpu": 1})
     (pod,) = running(core, ns, "gpu", 1)
     old = pod["metadata"]["name"]

@@ -14,7 +14,7 @@ import ray
 
 import raygpu
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.model.gang import LABEL_RESERVATION
+from raygpu.model.labels import ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION
 from raygpu.model.shapes import GpuKind
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
@@ -198,8 +198,8 @@ def test_the_finisher_refuses_what_its_driver_did_not_release(testbed, ns, pool,
     apply(kube, m.raycluster("c", ns, [m.worker_group("rg-mine", replicas=0, pool=pool.name)], pool=pool.name))
     adapter = KubeAdapter(str(testbed.kubeconfig))
     adapter.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "mine", "namespace": ns, "labels": {LABEL_RESERVATION: "rg-mine", "raygpu.io/cluster": cluster_label},
-        "annotations": {"raygpu.io/reservation-state": state}}})
+        "name": "mine", "namespace": ns, "labels": {LABEL_RESERVATION: "rg-mine", LABEL_CLUSTER: cluster_label},
+        "annotations": {ANNOTATION_RESERVATION_STATE: state}}})
     rv = adapter.get_raycluster(ns, "c").resource_version
     out = subprocess.run([sys.executable, "-m", "raygpu.gang.finisher", "--namespace", ns, "--cluster", "c",
                           "--reservation", "mine", "--kubeconfig", str(testbed.kubeconfig), "--drain-timeout-s", "5"],

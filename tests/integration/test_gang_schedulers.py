@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from raygpu.testing.controlplane import SP_SCHEDULER_NAME
+from raygpu.model.labels import LABEL_POOL
+from raygpu.testing.addons import SP_SCHEDULER_NAME
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.util import pods, wait_for
@@ -12,7 +13,7 @@ def _gpu_pod(name: str, pool: str, labels: dict, annotations: dict | None = None
              scheduler: str | None = None) -> dict:
     res = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}
     spec = {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": res, "requests": res}}],
-            "nodeSelector": {m.POOL_LABEL: pool}}
+            "nodeSelector": {LABEL_POOL: pool}}
     if scheduler:
         spec["schedulerName"] = scheduler
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels,

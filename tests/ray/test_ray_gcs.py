@@ -20,7 +20,7 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.adapters.nvml_collect import collect_nvml
 from raygpu.adapters.ray_gcs import read_ray_view
 from raygpu.model.views import PgState
-from raygpu.snapshot import take_snapshot
+from raygpu.doctor.snapshot import take_snapshot
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 ray = pytest.importorskip("ray")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from helpers import apply_json_patch, cluster, gang, gpus
+from raygpu.testing.builders.clusters import cluster, gang, gpus
+from raygpu.testing.builders.patch import apply_json_patch
 
 from raygpu.errors import PermanentError
 from raygpu.gang.backends import (CoschedulingBackend, KueueBackend, NoneBackend, VolcanoBackend, get_backend)

@@ -1,4 +1,4 @@
-"""bench_fragmentation.py runs with ``--quick --json --no-plot`` and its output holds together (never a speed check)."""
+"""benchmarks.bench_fragmentation runs with ``--quick --json --no-plot`` and its output holds together (never a speed check)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks._common import TRACES  # the benchmarks' own trace lookup
+
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "benchmarks") not in sys.path:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import TRACES  # noqa: E402  (the benchmarks' own trace lookup)
-SCRIPT = ROOT / "benchmarks" / "bench_fragmentation.py"
 OPENB = TRACES / "alibaba-gpu-v2023"
 NEEDED = ("openb_node_list_gpu_node.csv", "openb_pod_list_default.csv", "openb_pod_list_multigpu50.csv")
 POLICIES = ["spread", "best-fit", "raygpu"]
@@ -24,7 +22,8 @@ def run(*extra: str) -> dict:
     missing = [n for n in NEEDED if not (OPENB / n).exists()]
     if missing:
         pytest.skip(f"openb trace file(s) {', '.join(missing)} not found under {OPENB}")
-    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", "--no-plot", *extra],
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_fragmentation", "--quick", "--json", "--no-plot",
+                          *extra],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)

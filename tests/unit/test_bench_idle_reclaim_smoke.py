@@ -16,18 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks._common import TRACES  # the benchmarks' own trace lookup
+
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "benchmarks") not in sys.path:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import TRACES  # noqa: E402  (the benchmarks' own trace lookup)
-BENCH = ROOT / "benchmarks"
 TRACE = TRACES / "alibaba-genai-v2026" / "pod_gpu_duty_cycle_anon.tar.gz"
 
 
 def test_idle_reclaim_quick() -> None:
     if not TRACE.exists():
         pytest.skip(f"alibaba-genai-v2026 trace not found at {TRACE}")
-    out = subprocess.run([sys.executable, str(BENCH / "bench_idle_reclaim.py"), "--quick", "--json", "--no-plot"],
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_idle_reclaim", "--quick", "--json", "--no-plot"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
@@ -68,9 +66,7 @@ def test_idle_reclaim_quick() -> None:
 # ------------------------------------------------------- hand-made scenarios
 def _bench():
     pytest.importorskip("ray.autoscaler.v2.scheduler")
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    import bench_idle_reclaim
+    from benchmarks import bench_idle_reclaim
 
     return bench_idle_reclaim
 

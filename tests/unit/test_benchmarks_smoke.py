@@ -1,4 +1,4 @@
-"""Each benchmark runs with ``--quick --json`` and prints well-formed output (never a speed check)."""
+"""Each benchmark (``python -m benchmarks.bench_<name>``) runs with ``--quick --json`` and prints well-formed output (never a speed check)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks._common import TRACES  # the benchmarks' own trace lookup
+
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "benchmarks") not in sys.path:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import TRACES  # noqa: E402  (the benchmarks' own trace lookup)
-BENCH = ROOT / "benchmarks"
 OPENB = TRACES / "alibaba-gpu-v2023"
 
 
-def run(script: str, *extra: str) -> dict:
-    out = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--json", *extra],
+def run(module: str, *extra: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--quick", "--json", *extra],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
@@ -32,7 +30,7 @@ def check_machine(result: dict) -> None:
 def test_gang_admission_quick() -> None:
     if not (OPENB / "openb_node_list_gpu_node.csv").exists():
         pytest.skip(f"openb trace not found under {OPENB}")
-    result = run("bench_gang_admission.py", "--no-plot")
+    result = run("bench_gang_admission", "--no-plot")
     check_machine(result)
     assert result["benchmark"] == "gang_admission"
     assert result["cluster"]["nodes"] > 0 and result["cluster"]["gpus"] > 0
@@ -55,7 +53,7 @@ def test_gang_admission_quick() -> None:
 
 
 def test_decision_cost_quick() -> None:
-    result = run("bench_decision_cost.py", "--runs", "1", "--no-plot")
+    result = run("bench_decision_cost", "--runs", "1", "--no-plot")
     check_machine(result)
     assert result["benchmark"] == "decision_cost"
     assert result["plots"] == []  # --no-plot

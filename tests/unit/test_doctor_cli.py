@@ -8,16 +8,17 @@ import subprocess
 import sys
 
 import pytest
-from snapshots import NOW_S, healthy, snap
+from raygpu.testing.builders.snapshots import NOW_S, healthy, snap
 
 from raygpu.cli import build_parser
-from raygpu.commands import doctor
-from raygpu.errors import ConflictError, PermanentError
+from raygpu.doctor import run as doctor
+from raygpu.errors import PermanentError
 from raygpu.model.findings import DoctorReport
 from raygpu.model.raycluster import RayClusterView
-from raygpu.plan.reconcile import reconcile
-from raygpu.plan.repair import EVENT_REASON, plan_repair
-from raygpu.reconcile_repair import repair_cluster
+from raygpu.plan.doctor.reconcile import reconcile
+from raygpu.plan.doctor.repair import EVENT_REASON, plan_repair
+from raygpu.doctor.repair import repair_cluster
+from raygpu.testing.fake_kube import FakeKube
 
 OLD = NOW_S - 1000  # created long before NOW_S: past the orphan grace
 
@@ -146,36 +147,13 @@ def test_orphan_in_grace_is_not_repaired():
 
 
 # ---------------------------------------------------------------- applier
-class FakeKube:
-    """A RayCluster store with resourceVersion semantics: a stale test fails like the API server's."""
-
-    def __init__(self, obj: dict, conflicts: int = 0) -> None:
-        self.obj, self.conflicts, self.patches, self.events = obj, conflicts, [], []
-
-    def get_raycluster(self, ns, name):
-        return RayClusterView.from_k8s(self.obj)
-
-    def patch_raycluster(self, ns, name, patch):
-        assert patch[0]["op"] == "test" and patch[0]["path"] == "/metadata/resourceVersion"
-        if self.conflicts:  # someone else wrote the RayCluster first
-            self.conflicts -= 1
-            self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
-        if patch[0]["value"] != self.obj["metadata"]["resourceVersion"]:
-            raise ConflictError("test failed")
-        self.patches.append(patch)
-        return RayClusterView.from_k8s(self.obj)
-
-    def event(self, involved, reason, message, type_="Normal"):
-        self.events.append((involved["kind"], involved["name"], reason, message))
-
-
 def test_repair_patches_once_and_records_an_event_per_action():
     s = orphaned()
     kube = FakeKube(rc_obj())
     out = repair_cluster(kube, "default", "rc", report_of(s), s)
     assert out.applied and out.conflicts == 0 and out.events == 1 and not out.errors
     assert len(kube.patches) == 1
-    assert kube.events[0][:3] == ("RayCluster", "rc", EVENT_REASON)
+    assert (kube.events[0].kind, kube.events[0].name, kube.events[0].reason) == ("RayCluster", "rc", EVENT_REASON)
     assert any(line.startswith("repaired: pod orphan-0") for line in out.lines())
 
 
@@ -226,7 +204,7 @@ class CliKube(FakeKube):
 def cli(monkeypatch, capsys):
     """Run ``raygpu doctor ARGS`` over a given snapshot and RayCluster; returns (exit code, stdout, stderr, kube)."""
     import raygpu.adapters.kube as kube_mod
-    import raygpu.snapshot as snapshot_mod
+    import raygpu.doctor.snapshot as snapshot_mod
 
     def go(argv, snapshot=None, obj=None, kube_cls=None):
         made = {}
@@ -270,7 +248,7 @@ def test_cli_repair_mode_follows_the_annotation(cli):
     code, out, _, kube = cli(["--cluster", "rc", "--ray-address", "x:1"], orphaned(), obj)
     assert code == 1
     assert "repaired: pod orphan-0 (group gpu-group) -> workersToDelete, replicas 2 -> 1" in out
-    assert len(kube.patches) == 1 and kube.events[0][2] == "RepairedOrphanPod"
+    assert len(kube.patches) == 1 and kube.events[0].reason == "RepairedOrphanPod"
     code, out, _, kube = cli(["--cluster", "rc", "--ray-address", "x:1", "--no-repair"], orphaned(), obj)
     assert kube.patches == [] and "--no-repair" in out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 
 import pytest
-from nvml_recordings import (
+from raygpu.testing.nvml_recordings import (
     A100_MIG_NODE,
     A100_MIG_UNNAMED,
     GPU_LOST,
@@ -124,10 +124,10 @@ def test_a_broken_binding_never_raises():
 
 def test_probe_feeds_the_doctor():
     """A driver-not-loaded probe on a GPU node makes a kernel-driver finding, end to end."""
-    from snapshots import NOW_S, snap
+    from raygpu.testing.builders.snapshots import NOW_S, snap
 
     from raygpu.model.findings import Layer
-    from raygpu.plan.reconcile import reconcile
+    from raygpu.plan.doctor.reconcile import reconcile
 
     b = snap().gpu_node("n1", 0).ray_pod("p1", "n1").ray_node("r1", "p1")
     b.nvml_views["r1"] = probe_nvml("r1", nvml=FakeNvml(NO_DRIVER))

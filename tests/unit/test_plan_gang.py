@@ -6,14 +6,16 @@ import math
 import re
 
 import pytest
-from helpers import PatchTestFailed, apply_json_patch, cluster, gang, gpus
+from raygpu.testing.builders.clusters import cluster, gang, gpus
+from raygpu.testing.builders.patch import PatchTestFailed, apply_json_patch
 
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.annotations import ClusterPolicy
 from raygpu.model.gang import ALLOWED_TRANSITIONS, Backend, GangRequest, ReservationState, Strategy, check_transition, \
     is_terminal
 from raygpu.model.shapes import GpuKind
-from raygpu.plan.gang import plan_gang, reservation_group_name
+from raygpu.model.labels import reservation_group_name
+from raygpu.plan.gang import plan_gang
 from raygpu.plan.patch import add_worker_group, raycluster_patch, remove_worker_group, set_replicas, \
     set_workers_to_delete
 

@@ -6,7 +6,7 @@ import pytest
 
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPolicy, ReclaimReason
 from raygpu.plan.reclaim import plan_reclaim
-from tests.unit.reclaim_builders import NOW_S, world
+from raygpu.testing.builders.reclaim import NOW_S, world
 
 R = ReclaimReason
 IDLE = 900  # seconds, past the default 600 s timeout

@@ -6,7 +6,7 @@ import pytest
 
 from raygpu.adapters.ray_gcs import node_view, placement_group_view
 from raygpu.model.views import PgState
-from raygpu.snapshot import device_plugin_pod, resource_slice
+from raygpu.doctor.snapshot import device_plugin_pod, resource_slice
 
 GPU_NODE_ID = "052bcc01ddc6d07e43c0e577dad95020a21556f693a3ab02cf5c9063"
 HEAD_ID = "85d7e3b636af940143176b8bed11234776d05488114574c2bd5f1120"

@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from snapshots import NOW_S, healthy, snap, tol
+from raygpu.testing.builders.snapshots import NOW_S, healthy, snap, tol
 
 from raygpu.model.findings import DoctorReport, FindingKind, Layer, Severity
-from raygpu.plan.reconcile import checks, reconcile
+from raygpu.plan.doctor.reconcile import checks, reconcile
 
 MIG = "nvidia.com/mig-3g.40gb"
 SHARED = "nvidia.com/gpu.shared"
@@ -193,7 +193,7 @@ def test_report_is_deterministic_and_round_trips_as_json():
 
 def test_plan_and_model_import_no_ray_kubernetes_or_pynvml():
     code = (
-        "import sys, raygpu.plan.reconcile, raygpu.plan.stranded, raygpu.model.findings;"
+        "import sys, raygpu.plan.doctor.reconcile, raygpu.plan.doctor.stranded, raygpu.model.findings;"
         "bad = [m for m in ('ray', 'kubernetes', 'pynvml') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -201,7 +201,7 @@ def test_plan_and_model_import_no_ray_kubernetes_or_pynvml():
 
 
 # ------------------------------------------------------------------ rendering
-from raygpu.doctor_render import render_json, render_text  # noqa: E402
+from raygpu.doctor.render import render_json, render_text  # noqa: E402
 
 RENDER = [
     ("healthy says so", healthy(), ["No finding: Ray, pods, kubelet and NVML agree.", "exit 0: healthy"]),

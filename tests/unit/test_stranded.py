@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from snapshots import GiB, NOW_S, healthy, snap
+from raygpu.testing.builders.snapshots import GiB, NOW_S, healthy, snap
 
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.views import PgState
-from raygpu.plan.reconcile import reconcile
-from raygpu.plan.stranded import stranded_gpus
+from raygpu.plan.doctor.reconcile import reconcile
+from raygpu.plan.doctor.stranded import stranded_gpus
 
 MIG = "nvidia.com/mig-3g.40gb"
 BIG_CPU = GroupTemplate(group_name="gpu-group", requests={"cpu": 64, "memory": 64 * GiB}, limits={"nvidia.com/gpu": 4})

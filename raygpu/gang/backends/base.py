@@ -14,10 +14,9 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from raygpu.errors import PermanentError
-from raygpu.model.gang import (ANNOTATION_PLAN_REASON, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, Backend,
-                               GangPlan, GangRequest)
+from raygpu.model.gang import Backend, GangPlan, GangRequest
+from raygpu.model.labels import ANNOTATION_PLAN_REASON, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label
 from raygpu.model.raycluster import GroupTemplate
-from raygpu.plan.gang import dns_label
 
 # Gang wiring a copied template may already carry (for another gang); stripped before ours is added.
 FOREIGN_GANG_LABELS = ("scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/pod-group-name",

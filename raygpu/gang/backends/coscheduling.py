@@ -20,11 +20,11 @@ from typing import Any
 
 from raygpu.gang.backends.base import GangBackend, pod_group
 from raygpu.model.gang import Backend, GangPlan, GangRequest
+from raygpu.model.labels import ANNOTATION_REQUEUE
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 DEFAULT_SCHEDULER_NAME = "scheduler-plugins-scheduler"
-ANNOTATION_REQUEUE = "raygpu.io/requeue-at"
 
 
 class CoschedulingBackend(GangBackend):

@@ -33,7 +33,7 @@ from raygpu.model.findings import NodeStranded, StrandedReport
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.shapes import WHOLE_GPU
 from raygpu.model.views import PgState, Snapshot
-from raygpu.plan.checks_index import EPS, TERMINAL_PHASES, SnapshotIndex, fmt, gpu_resources
+from raygpu.plan.doctor.checks_index import EPS, TERMINAL_PHASES, SnapshotIndex, fmt, gpu_resources
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from raygpu.adapters.kube import _convert, pod_view
-from raygpu.model.gang import LABEL_CLUSTER, LABEL_RESERVATION
 from raygpu.model.gc import ReservationRecord
+from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION, dns_label
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sPodView
-from raygpu.plan.gang import dns_label
 
 log = logging.getLogger("raygpu.sidecar.cache")
 

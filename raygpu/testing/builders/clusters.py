@@ -1,9 +1,11 @@
 """Builders for unit tests: one readable line per RayCluster or gang request.
 
     cluster("c").worker("gpu", gpus=8, cpus=96).mig_worker("mig", profile="3g.40gb", slices=2).obj()
+    cluster_view("rc").head(limits={"cpu": 4}).group("gpu", replicas=3, limits={"nvidia.com/gpu": 8}).obj()
 
 ``obj()`` goes through ``RayClusterView.from_k8s`` on a RayCluster dict shaped
-like what the API server returns for KubeRay v1.5, so tests exercise the real parser.
+like what the API server returns for KubeRay v1.5, so tests exercise the real parser;
+``cluster_view(...)`` builds the GroupTemplates directly (simulations, where no dict exists).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import copy
 from typing import Any
 
 from raygpu.model.gang import GangRequest
-from raygpu.model.raycluster import RayClusterView
+from raygpu.model.raycluster import GroupTemplate, RayClusterView
 
 RAY_IMAGE = "rayproject/ray:2.60.0-py311-gpu"
 
@@ -108,6 +110,36 @@ def cluster(name: str = "c", namespace: str = "default") -> ClusterBuilder:
     return ClusterBuilder(name, namespace)
 
 
+class ViewBuilder:
+    """A RayClusterView made of GroupTemplates directly, with no RayCluster dict to parse: the simulations'
+    clusters (benchmarks) and the reclaimer's ``world()``. Template fields are GroupTemplate's own
+    (``replicas``, ``min_replicas``, ``max_replicas``, ``limits``, ``requests``, ``workers_to_delete``, ...).
+
+        cluster_view("rc", resource_version="1").head(limits={"cpu": 4}).group("gpu", replicas=2, limits=res).obj()
+    """
+
+    def __init__(self, name: str, namespace: str = "default", **view: Any) -> None:
+        self._view = dict(name=name, namespace=namespace, **view)
+        self._head = GroupTemplate(group_name="headgroup", is_head=True)
+        self._groups: list[GroupTemplate] = []
+
+    def head(self, name: str = "headgroup", **template: Any) -> "ViewBuilder":
+        self._head = GroupTemplate(group_name=name, is_head=True, **template)
+        return self
+
+    def group(self, name: str, **template: Any) -> "ViewBuilder":
+        self._groups.append(GroupTemplate(group_name=name, **template))
+        return self
+
+    def obj(self) -> RayClusterView:
+        return RayClusterView(head=self._head, worker_groups=tuple(self._groups), **self._view)
+
+
+def cluster_view(name: str = "rc", namespace: str = "default", **view: Any) -> ViewBuilder:
+    """``view``: RayClusterView fields other than the groups (``resource_version``, ``autoscaling_enabled``, ...)."""
+    return ViewBuilder(name, namespace, **view)
+
+
 def gang(bundles: list[dict[str, float]], strategy: str = "PACK", *, name: str = "job1", cluster_name: str = "c",
          **kw: Any) -> GangRequest:
     """A GangRequest for cluster ``c`` in namespace ``default`` unless told otherwise."""
@@ -117,44 +149,3 @@ def gang(bundles: list[dict[str, float]], strategy: str = "PACK", *, name: str =
 def gpus(n: float, count: int = 1, **extra: float) -> list[dict[str, float]]:
     """``count`` bundles of ``n`` GPUs (plus ``extra`` resources each)."""
     return [{"GPU": n, **extra} for _ in range(count)]
-
-
-class PatchTestFailed(Exception):
-    """A JSON patch ``test`` op did not match: the API server answers 422 and applies nothing."""
-
-
-def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """Apply RFC 6902 ``test``/``add``/``remove``/``replace`` ops to a copy of ``doc``, all or nothing.
-
-    Small and strict like the API server: a missing parent or member is an error.
-    """
-    out = copy.deepcopy(doc)
-    for op in ops:
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        node: Any = out
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        if isinstance(node, list):
-            idx = len(node) if last == "-" else int(last)
-            if op["op"] == "test":
-                if node[idx] != op["value"]:
-                    raise PatchTestFailed(f"{op['path']}: {node[idx]!r} != {op['value']!r}")
-            elif op["op"] == "add":
-                node.insert(idx, copy.deepcopy(op["value"]))
-            elif op["op"] == "remove":
-                del node[idx]
-            else:
-                node[idx] = copy.deepcopy(op["value"])
-        else:
-            if op["op"] == "test":
-                if node[last] != op["value"]:
-                    raise PatchTestFailed(f"{op['path']}: {node[last]!r} != {op['value']!r}")
-            elif op["op"] == "add":
-                node[last] = copy.deepcopy(op["value"])
-            elif op["op"] == "remove":
-                del node[last]
-            else:
-                if last not in node:
-                    raise KeyError(op["path"])  # replace needs the member to exist
-                node[last] = copy.deepcopy(op["value"])
-    return out

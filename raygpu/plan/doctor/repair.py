@@ -21,7 +21,7 @@ alone. Safety rules, each a ``RepairSkip`` with its reason when it bites:
   more than one), the GCS is the likelier culprit (restarted head, network
   split): nothing is repaired.
 
-Pure: no I/O, no clock; the adapter code lives in ``raygpu.reconcile_repair``.
+Pure: no I/O, no clock; the adapter code lives in ``raygpu.doctor.repair``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from raygpu.model.base import Frozen
 from raygpu.model.findings import DoctorReport, FindingKind
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sPodView
@@ -41,11 +40,8 @@ EVENT_REASON = "RepairedOrphanPod"
 MAX_ORPHAN_FRACTION = 0.5
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
-
-class RepairAction(_Frozen):
+class RepairAction(Frozen):
     """Delete one orphan pod through its worker group (KubeRay deletes it)."""
 
     kind: str = "delete-orphan-pod"
@@ -62,14 +58,14 @@ class RepairAction(_Frozen):
                 f"added to workersToDelete, replicas {self.replicas_before} -> {self.replicas_after}. {self.reason}")
 
 
-class RepairSkip(_Frozen):
+class RepairSkip(Frozen):
     """A finding the repair looked at and left alone, and why."""
 
     subject: str
     reason: str
 
 
-class RepairPlan(_Frozen):
+class RepairPlan(Frozen):
     """What one repair cycle will write: ``patch`` is None when there is nothing to do."""
 
     cluster: str

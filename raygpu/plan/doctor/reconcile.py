@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from raygpu.model.findings import DoctorReport, Finding, Layer, NodeRow
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.views import Snapshot
-from raygpu.plan import checks_node, checks_ray
-from raygpu.plan.checks_index import GPU_PRODUCT_LABEL, SnapshotIndex
-from raygpu.plan.stranded import stranded_gpus
+from raygpu.plan.doctor import checks_node, checks_ray
+from raygpu.plan.doctor.checks_index import GPU_PRODUCT_LABEL, SnapshotIndex
+from raygpu.plan.doctor.stranded import stranded_gpus
 
 DEFAULT_ORPHAN_GRACE_S = 120.0
 

@@ -8,7 +8,8 @@ workersToDelete (as KubeRay's autoscaler writes them). Time is ``NOW_S``.
 
 from __future__ import annotations
 
-from raygpu.model.raycluster import GroupTemplate, RayClusterView
+from raygpu.model.raycluster import RayClusterView
+from raygpu.testing.builders.clusters import cluster_view
 from raygpu.model.views import (
     K8sNodeView,
     K8sPodView,
@@ -90,17 +91,15 @@ class World:
         return self
 
     def obj(self) -> tuple[Snapshot, RayClusterView]:
-        groups = []
+        view = cluster_view(CLUSTER, NAMESPACE, resource_version="42").head(replicas=1)
         for name, g in self._groups.items():
             pods = [p for p in self._pods if p.ray_group == name]
             replicas = g["replicas"] if g["replicas"] is not None else len(
                 [p for p in pods if p.name not in g["workers_to_delete"]])
-            groups.append(GroupTemplate(group_name=name, replicas=replicas, min_replicas=g["min_replicas"],
-                                        max_replicas=g["max_replicas"], workers_to_delete=g["workers_to_delete"],
-                                        limits={"nvidia.com/gpu": g["gpus"]} if g["gpus"] else {}))
-        cluster = RayClusterView(name=CLUSTER, namespace=NAMESPACE, resource_version="42",
-                                 head=GroupTemplate(group_name="headgroup", is_head=True, replicas=1),
-                                 worker_groups=tuple(groups))
+            view.group(name, replicas=replicas, min_replicas=g["min_replicas"], max_replicas=g["max_replicas"],
+                       workers_to_delete=g["workers_to_delete"],
+                       limits={"nvidia.com/gpu": g["gpus"]} if g["gpus"] else {})
+        cluster = view.obj()
         snapshot = Snapshot(
             taken_at_s=NOW_S, cluster=CLUSTER, namespace=NAMESPACE,
             ray=RayView(reachable=self._ray_reachable, nodes=tuple(self._nodes),

@@ -13,7 +13,7 @@ from collections import defaultdict
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, Severity
 from raygpu.model.shapes import GpuKind
 from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
-from raygpu.plan.checks_index import (
+from raygpu.plan.doctor.checks_index import (
     EPS,
     GPU_PRODUCT_LABEL,
     MIG_STRATEGY_LABEL,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.adapters.nvml_collect import collect_nvml
-from raygpu.adapters.ray_gcs import gcs_address, read_ray_view
-from raygpu.model.views import DevicePluginPod, K8sView, NvmlView, RayView, ResourceSliceView, Snapshot
+from raygpu.adapters.nvml_collect import collect_nvml_at
+from raygpu.adapters.ray_gcs import read_ray_view
+from raygpu.model.views import DevicePluginPod, K8sView, ResourceSliceView, Snapshot
 
 DEVICE_PLUGIN_SELECTORS = ("app=nvidia-device-plugin-daemonset", "app.kubernetes.io/name=nvidia-device-plugin")
 DRA_GROUP = "resource.k8s.io"
@@ -31,7 +31,8 @@ def take_snapshot(kube: KubeAdapter | None, ray_address: str | None, namespace: 
     else connects one for the duration of the probe.
     """
     ray_view = read_ray_view(ray_address, timeout_s=ray_timeout_s, now_s=now_s)
-    nvml = _nvml(ray_view, ray_address, nvml_timeout_s) if with_nvml and ray_view.reachable else {}
+    alive = [n.node_id for n in ray_view.nodes if n.alive]
+    nvml = collect_nvml_at(alive, ray_address, nvml_timeout_s) if with_nvml and ray_view.reachable else {}
     return Snapshot(taken_at_s=now_s, cluster=cluster, namespace=namespace, ray=ray_view,
                     k8s=read_k8s_view(kube, namespace, cluster), nvml=nvml)
 
@@ -92,25 +93,3 @@ def resource_slice(s: dict[str, Any]) -> ResourceSliceView:
     spec = s.get("spec") or {}
     return ResourceSliceView(name=s["metadata"]["name"], node_name=spec.get("nodeName"),
                              driver=spec.get("driver", ""), device_count=len(spec.get("devices") or []))
-
-
-def _nvml(ray_view: RayView, ray_address: str | None, timeout_s: float) -> dict[str, NvmlView]:
-    import ray
-
-    alive = [n.node_id for n in ray_view.nodes if n.alive]
-    target = gcs_address(ray_address)
-    if ray.is_initialized():
-        mine = ray.get_runtime_context().gcs_address
-        if mine != target:
-            why = f"probe failed: this driver is connected to {mine}, not {target}"
-            return {n: NvmlView(node_id=n, available=False, reason=why) for n in alive}
-        return collect_nvml(alive, timeout_s=timeout_s)
-    try:
-        ray.init(address=target, namespace="raygpu", log_to_driver=False, logging_level="WARNING")
-    except Exception as e:  # noqa: BLE001
-        why = f"probe failed: cannot connect a driver to {target}: {type(e).__name__}: {e}"
-        return {n: NvmlView(node_id=n, available=False, reason=why) for n in alive}
-    try:
-        return collect_nvml(alive, timeout_s=timeout_s)
-    finally:
-        ray.shutdown()

@@ -13,7 +13,7 @@ import re
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, Severity
 from raygpu.model.shapes import GpuKind, ray_gpu_count_from_limits
 from raygpu.model.views import K8sPodView, RayNodeView
-from raygpu.plan.checks_index import (
+from raygpu.plan.doctor.checks_index import (
     EPS,
     GPU_PRODUCT_LABEL,
     MIG_STRATEGY_LABEL,

@@ -1,6 +1,6 @@
 """Apply the doctor's repair plan (``raygpu.io/reconcile: repair``): one tested patch, one Event per action.
 
-``raygpu.plan.repair.plan_repair`` decides; this module only writes:
+``raygpu.plan.doctor.repair.plan_repair`` decides; this module only writes:
 
 1. read the RayCluster, plan from the report and the snapshot's pods;
 2. send the plan's single JSON patch (first op: ``test`` on
@@ -24,7 +24,7 @@ from typing import Any
 from raygpu.errors import ConflictError, RayGpuError
 from raygpu.model.findings import DoctorReport
 from raygpu.model.views import Snapshot
-from raygpu.plan.repair import EVENT_REASON, RepairPlan, plan_repair
+from raygpu.plan.doctor.repair import EVENT_REASON, RepairPlan, plan_repair
 
 Observe = Callable[[], tuple[DoctorReport, Snapshot]]
 

@@ -6,6 +6,11 @@ Defaults describe a healthy KubeRay cluster: GPU nodes carry the GPU Feature
 Discovery labels and a ready device-plugin pod, Ray pods are Running and old
 enough to be past the orphan grace, Ray nodes are alive and count what their
 pod was given. Every method returns the builder; ``obj()`` freezes it.
+
+The benchmarks build their synthetic and simulated states with the same
+methods: ``snap(ids=False)`` leaves out the pod uids and Ray node IPs they
+never had, and ``requests=`` / ``total=`` / ``available=`` give a pod's or a
+Ray node's resources verbatim where the defaults do not fit.
 """
 
 from __future__ import annotations
@@ -36,9 +41,12 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 
 
 class SnapBuilder:
-    def __init__(self, taken_at_s: float = NOW_S, cluster: str | None = "rc") -> None:
+    def __init__(self, taken_at_s: float = NOW_S, cluster: str | None = "rc", *, namespace: str = "default",
+                 ids: bool = True) -> None:
         self.taken_at_s = taken_at_s
         self.cluster = cluster
+        self.namespace = namespace
+        self.ids = ids  # pods get a uid, Ray nodes an IP
         self.nodes: list[K8sNodeView] = []
         self.pods: list[K8sPodView] = []
         self.dp_pods: list[DevicePluginPod] = []
@@ -64,6 +72,7 @@ class SnapBuilder:
         cpu: float = 96,
         memory_gib: float = 1024,
         device_plugin: str | None = "ready",  # "ready" | "not-ready" | None (no pod)
+        device_plugin_pod: str | None = None,  # its pod's name (default nvidia-device-plugin-<node>)
         unschedulable: bool = False,
     ) -> "SnapBuilder":
         cap = {"cpu": cpu, "memory": memory_gib * GiB}
@@ -89,7 +98,7 @@ class SnapBuilder:
         if device_plugin is not None:
             self.dp_pods.append(
                 DevicePluginPod(
-                    name=f"nvidia-device-plugin-{name}",
+                    name=device_plugin_pod or f"nvidia-device-plugin-{name}",
                     namespace="gpu-operator",
                     node_name=name,
                     ready=device_plugin == "ready",
@@ -98,8 +107,13 @@ class SnapBuilder:
         return self
 
     def cpu_node(self, name: str, cpu: float = 32, memory_gib: float = 128) -> "SnapBuilder":
-        res = {"cpu": cpu, "memory": memory_gib * GiB}
-        self.nodes.append(K8sNodeView(name=name, capacity=res, allocatable=dict(res)))
+        return self.node(name, {"cpu": cpu, "memory": memory_gib * GiB})
+
+    def node(self, name: str, capacity: dict[str, float], allocatable: dict[str, float] | None = None,
+             labels: dict[str, str] | None = None) -> "SnapBuilder":
+        """A bare node: exactly these resources (allocatable = capacity unless given), no GPU labels, no device plugin."""
+        self.nodes.append(K8sNodeView(name=name, labels=labels or {}, capacity=capacity,
+                                      allocatable=dict(capacity if allocatable is None else allocatable)))
         return self
 
     def resource_slice(self, node: str, devices: int = 8, driver: str = "gpu.nvidia.com") -> "SnapBuilder":
@@ -127,20 +141,24 @@ class SnapBuilder:
         created_at_s: float = 0.0,
         deleting: bool = False,
         cluster: str = "rc",
+        requests: dict[str, float] | None = None,  # verbatim, instead of cpu / memory_gib / gpus
+        limits: dict[str, float] | None = None,  # default: the requests
     ) -> "SnapBuilder":
         res: dict[str, float] = {"cpu": cpu, "memory": memory_gib * GiB}
         if gpus:
             res[resource] = gpus
+        if requests is not None:
+            res = requests
         self.pods.append(
             K8sPodView(
                 name=name,
-                namespace="default",
-                uid=f"uid-{name}",
+                namespace=self.namespace,
+                uid=f"uid-{name}" if self.ids else "",
                 node_name=node,
                 phase=phase or ("Running" if node else "Pending"),
                 deleting=deleting,
                 requests=dict(res),
-                limits=dict(res),
+                limits=dict(res if limits is None else limits),
                 tolerations=tolerations,
                 node_selector=node_selector or {},
                 created_at_s=created_at_s,
@@ -169,15 +187,21 @@ class SnapBuilder:
         instance: str | None = None,
         gpus: float = 0,
         *,
-        available: float | None = None,
+        available: float | dict[str, float] | None = None,  # GPUs free (default all), or every resource verbatim
         alive: bool = True,
         head: bool = False,
         resources: dict[str, float] | None = None,
         labels: dict[str, str] | None = None,
+        total: dict[str, float] | None = None,  # verbatim, instead of CPU 8 + gpus + resources
+        node_type: str | None = None,
+        idle_since_s: float | None = None,
     ) -> "SnapBuilder":
-        total = {"CPU": 8.0, **({"GPU": float(gpus)} if gpus else {}), **(resources or {})}
+        if total is None:
+            total = {"CPU": 8.0, **({"GPU": float(gpus)} if gpus else {}), **(resources or {})}
         avail = dict(total)
-        if available is not None:
+        if isinstance(available, dict):
+            avail = dict(available)
+        elif available is not None:
             avail["GPU"] = available
         self.ray_nodes.append(
             RayNodeView(
@@ -185,21 +209,30 @@ class SnapBuilder:
                 alive=alive,
                 is_head=head,
                 instance_id=instance,
-                ip=f"10.0.0.{len(self.ray_nodes) + 1}",
+                node_type=node_type,
+                ip=f"10.0.0.{len(self.ray_nodes) + 1}" if self.ids else None,
                 labels=labels or {},
                 total=total,
                 available=avail,
+                idle_since_s=idle_since_s,
             )
         )
         return self
 
-    def pg(self, pg_id: str, *bundle_gpus: float, state: PgState = PgState.PENDING) -> "SnapBuilder":
+    def pg(self, pg_id: str, *bundle_gpus: float, state: PgState = PgState.PENDING, name: str = "",
+           strategy: str = "PACK", bundles: tuple[dict[str, float], ...] | None = None,
+           node_ids: tuple[str | None, ...] | None = None) -> "SnapBuilder":
+        """A placement group of bundles ``{"GPU": g, "CPU": 1}`` (or ``bundles`` verbatim), unplaced unless
+        ``node_ids`` names the Ray node of each bundle."""
+        bundles = tuple({"GPU": g, "CPU": 1.0} for g in bundle_gpus) if bundles is None else tuple(bundles)
         self.pgs.append(
             PlacementGroupView(
                 pg_id=pg_id,
+                name=name,
                 state=state,
-                bundles=tuple({"GPU": g, "CPU": 1.0} for g in bundle_gpus),
-                bundle_node_ids=tuple(None for _ in bundle_gpus),
+                strategy=strategy,
+                bundles=bundles,
+                bundle_node_ids=tuple(None for _ in bundles) if node_ids is None else tuple(node_ids),
             )
         )
         return self
@@ -260,7 +293,7 @@ class SnapBuilder:
         return Snapshot(
             taken_at_s=self.taken_at_s,
             cluster=self.cluster,
-            namespace="default",
+            namespace=self.namespace,
             ray=RayView(
                 reachable=self.ray_reason is None,
                 reason=self.ray_reason,
@@ -279,8 +312,9 @@ class SnapBuilder:
         )
 
 
-def snap(taken_at_s: float = NOW_S, cluster: str | None = "rc") -> SnapBuilder:
-    return SnapBuilder(taken_at_s, cluster)
+def snap(taken_at_s: float = NOW_S, cluster: str | None = "rc", **kw: Any) -> SnapBuilder:
+    """``kw``: ``namespace`` (default "default"), ``ids`` (pod uids and Ray node IPs, default True)."""
+    return SnapBuilder(taken_at_s, cluster, **kw)
 
 
 def healthy(nodes: int = 2, pods_per_node: int = 2, gpus_per_node: int = 8) -> SnapBuilder:

@@ -1,0 +1,1 @@
+"""raygpu's benchmarks: run each from the repository root as ``python -m benchmarks.bench_<name>``."""

@@ -1,0 +1,75 @@
+"""Every ``raygpu.io/*`` label and annotation key, and the names raygpu derives.
+
+One commented file, like KubeRay's ``utils/constant.go``: grep here first.
+A key's comment says which objects carry it, who writes it and what its
+value is. Pure data and pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+PREFIX = "raygpu.io/"
+
+# ---------------------------------------------------------------------------------------------
+# Policy annotations a user sets on a RayCluster (parsed by raygpu.model.annotations, never raise)
+# ---------------------------------------------------------------------------------------------
+KEY_GANG_BACKEND = "raygpu.io/gang-backend"  # coscheduling | kueue | volcano | none (default none)
+KEY_QUEUE = "raygpu.io/queue"  # the Kueue LocalQueue of reservations (backend kueue)
+KEY_GANG_TEMPLATE = "raygpu.io/gang-template"  # worker group reservations copy (default: the planner picks)
+KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"  # e.g. 300s, 10m: a worker idle that long is reclaimed
+GROUP_IDLE_TIMEOUT_PREFIX = KEY_IDLE_TIMEOUT + "."  # raygpu.io/idle-timeout.<worker group>: per-group override
+KEY_RECLAIM = "raygpu.io/reclaim"  # off | dry-run | on (default dry-run): what the sidecar may write
+KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what the doctor may write
+POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE)
+
+# ---------------------------------------------------------------------------------------------
+# Labels raygpu writes (on pods, Ray nodes, state ConfigMaps and gang objects)
+# ---------------------------------------------------------------------------------------------
+# value: GangPlan.reservation_group (the rg-* worker group); on pods, Ray nodes, ConfigMaps, PodGroups
+LABEL_RESERVATION = "raygpu.io/reservation"
+LABEL_OWNER_JOB = "raygpu.io/owner-job"  # Ray job id of the driver that owns the reservation (GC when it dies)
+LABEL_CLUSTER = "raygpu.io/cluster"  # RayCluster name (as a DNS label), on gang objects and state ConfigMaps
+
+# ---------------------------------------------------------------------------------------------
+# Annotations raygpu writes on a reservation's state ConfigMap (and pods, gang objects)
+# ---------------------------------------------------------------------------------------------
+ANNOTATION_RESERVATION_STATE = "raygpu.io/reservation-state"  # a ReservationState value
+ANNOTATION_PLACEMENT_GROUP = "raygpu.io/placement-group"  # Ray placement group id (hex), once created
+ANNOTATION_PLAN_REASON = "raygpu.io/plan-reason"  # GangPlan.reason, for humans reading kubectl output
+ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"  # unix seconds, written by the driver's watchdog
+ANNOTATION_DEADLINE = "raygpu.io/deadline-at"  # unix seconds: ready by then or rolled back
+ANNOTATION_GATED = "raygpu.io/gated"  # read on a reservation's pods: set, they are not admitted yet (raygpu never writes it)
+ANNOTATION_REQUEUE = "raygpu.io/requeue-at"  # on a coscheduling PodGroup: unix seconds, forces a retry
+
+# ---------------------------------------------------------------------------------------------
+# Names raygpu derives
+# ---------------------------------------------------------------------------------------------
+RESERVATION_GROUP_PREFIX = "rg-"  # worker groups that carry a reservation: rg-<request name>
+
+# ---------------------------------------------------------------------------------------------
+# The local testbed only (raygpu.testing)
+# ---------------------------------------------------------------------------------------------
+LABEL_POOL = "raygpu.io/pool"  # on kwok nodes: the test (namespace) they are private to
+LABEL_TESTBED_SHAPE = "raygpu.io/testbed-shape"  # on kwok nodes: the catalog shape, or "custom"
+ANNOTATION_TESTBED_RAY = "raygpu.io/testbed-ray"  # on pods: "stopped" | "keep" (see raygpu.testing.bridge)
+
+
+def dns_label(text: str, prefix: str = "") -> str:
+    """``prefix + text`` as a DNS label (<= 63 chars, [a-z0-9-]); deterministic.
+
+    When ``text`` had to be changed or cut, 8 hex digits of its SHA-256 are
+    appended so that different texts keep different labels.
+    """
+    clean = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", text.lower())).strip("-")
+    if clean == text and clean and len(prefix + clean) <= 63:
+        return prefix + clean
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    head = (prefix + clean)[: 63 - 9].rstrip("-") or "rg"
+    return f"{head}-{digest}"
+
+
+def reservation_group_name(request_name: str) -> str:
+    """The worker group name of a reservation: ``rg-<name>`` as a valid DNS label."""
+    return dns_label(request_name, prefix=RESERVATION_GROUP_PREFIX)

@@ -1,0 +1,233 @@
+"""The sidecar cycle against fakes: a RayCluster store with API-server semantics (raygpu.testing.fake_kube)
+and a watch cache.
+
+Every accepted write bumps the resourceVersion; a failed ``test`` rejects the whole patch.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+
+from raygpu.adapters.kube_watch import CacheView
+from raygpu.errors import PermanentError
+from raygpu.model.gc import ReservationRecord
+from raygpu.model.raycluster import RayClusterView
+from raygpu.model.views import PgState, PlacementGroupView, RayView
+from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
+from raygpu.testing.builders.recorded import ALL_IDLE, NOW_S, NS, PODS, R, RECORDED, RV0, pod, ray_view
+from raygpu.testing.fake_kube import FakeKube
+
+
+# ------------------------------------------------------- the cycle, on fakes
+def fake_kube(raw: dict, **kw) -> FakeKube:
+    """The one fake Kubernetes over ``raw``, listing the recorded cluster's pods."""
+    return FakeKube(raw, pods=PODS, **kw)
+
+
+class FakeCache:
+    def __init__(self, kube: FakeKube, reservations=()) -> None:
+        self.kube, self.reservations = kube, tuple(reservations)
+        self.assumed = []
+
+    def view(self) -> CacheView:
+        return CacheView(RayClusterView.from_k8s(self.kube.raw), PODS, self.reservations, True)
+
+    def assume_cluster(self, written, planned_from_rv):
+        self.assumed.append((written.resource_version, planned_from_rv))
+
+    def wait_cluster_change(self, resource_version, timeout_s):
+        return self.kube.raw["metadata"]["resourceVersion"] != resource_version
+
+
+def reclaimer(kube, cache=None, ray=None, **kw):
+    cfg = SidecarConfig(namespace=NS, cluster="rc", ray_address="127.0.0.1:1", interval_s=0.01, startup_grace_s=0)
+    reads = []
+
+    def read_ray(address, timeout_s, now_s):
+        reads.append(address)
+        return ray or ray_view(ALL_IDLE)
+    r = Reclaimer(kube, cache or FakeCache(kube), cfg, clock=lambda: NOW_S, read_ray=read_ray,
+                  read_jobs=lambda a: {}, **kw)
+    r.ray_reads = reads
+    return r
+
+
+def counter(r, name, **labels) -> float:
+    return r.metrics.registry.get_sample_value(name, labels or None) or 0.0
+
+
+def test_cycle_applies_one_patch_then_nothing_more():
+    kube = fake_kube(RECORDED)
+    r = reclaimer(kube)
+    first = r.cycle()
+    assert first.outcome is CycleOutcome.APPLIED
+    assert first.deleted_pods == ("rc-gpu-worker-a", "rc-gpu-worker-b", "rc-small-worker-d")
+    assert len(kube.patches) == 1
+    scaled = kube.with_reason("ScaledDown")
+    assert len(scaled) == 2 and "rc-gpu-worker-a (Idle: idle 60s >= timeout 5s)" in scaled[0].message
+    assert r.cache.assumed == [(str(RV0 + 1), str(RV0))]
+    for _ in range(3):  # a restarted or repeated cycle finds the deletions done, not to do
+        assert r.cycle().outcome is CycleOutcome.IDLE
+    assert len(kube.patches) == 1
+    assert counter(r, "raygpu_reclaim_gpus_reclaimed_total") == 17
+    assert counter(r, "raygpu_reclaim_decisions_total", action="keep", reason="AlreadyDeleting") == 9
+
+
+def test_a_write_between_plan_and_patch_causes_a_replan_not_a_wrong_delete():
+    # KubeAdapter.patch_raycluster turns a CRD's bare 422 on a moved object into ConflictError
+    # (checked for real on the testbed by tests/integration/test_sidecar.py).
+    kube = fake_kube(RECORDED, bare_422=False)
+    r = reclaimer(kube)
+
+    def concurrent_writer(plan):  # someone raises the minimum of both groups after our snapshot
+        def raise_min(raw):
+            for g in raw["spec"]["workerGroupSpecs"]:
+                g["minReplicas"] = g["replicas"]
+        kube.bump(raise_min)
+    stale = r.cycle(before_apply=concurrent_writer)
+    assert stale.outcome is CycleOutcome.CONFLICT and stale.replan_now
+    assert kube.patches == [] and counter(r, "raygpu_reclaim_patch_conflicts_total") == 1
+    fresh = r.cycle()
+    assert fresh.outcome is CycleOutcome.IDLE and kube.patches == []
+    assert fresh.plan.decision("rc-gpu-worker-a").reason is R.GROUP_MINIMUM
+    assert kube.with_reason("ScaledDown") == []
+
+
+def test_a_rejected_patch_on_an_unchanged_cluster_is_an_error_not_a_conflict():
+    kube = fake_kube(RECORDED)
+    kube.patch_raycluster = lambda ns, name, patch: (_ for _ in ()).throw(PermanentError("422: bad patch"))
+    rep = reclaimer(kube).cycle()
+    assert rep.outcome is CycleOutcome.ERROR and not rep.replan_now and "bad patch" in rep.error
+
+
+def test_run_replans_at_once_after_a_conflict_and_stops_on_the_event():
+    kube = fake_kube(RECORDED)
+    hits = []
+
+    def writer_once(plan):
+        if not hits:
+            hits.append(plan.cluster_resource_version)
+            kube.bump(lambda raw: raw["metadata"].setdefault("labels", {}).update({"touched": "yes"}))
+    r = reclaimer(kube, before_apply=writer_once)
+    last = r.run(threading.Event(), once=True)
+    assert hits == [str(RV0)] and last.outcome is CycleOutcome.APPLIED
+    assert kube.patches[0][0]["value"] == str(RV0 + 1)  # re-planned from the writer's version
+    stop = threading.Event()
+    stop.set()
+    assert r.run(stop) is None
+
+
+def test_bad_annotation_gives_one_event_per_value_and_dry_run():
+    kube = fake_kube(RECORDED)
+    kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "yes-please"
+    r = reclaimer(kube)
+    for _ in range(3):
+        assert r.cycle().outcome is CycleOutcome.DRY_RUN
+    invalid = kube.with_reason("InvalidAnnotation")
+    assert len(invalid) == 1 and invalid[0].type == "Warning" and "'yes-please'" in invalid[0].message
+    assert "dry-run" in invalid[0].message
+    assert kube.patches == []
+    assert len(kube.with_reason("ScaleDownDryRun")) == 1  # one per distinct plan
+    kube.bump(lambda raw: raw["metadata"]["annotations"].update({"raygpu.io/reclaim": "maybe"}))
+    r.cycle()
+    assert len(kube.with_reason("InvalidAnnotation")) == 2
+    assert kube.patches == []
+
+
+def test_off_reads_nothing_and_writes_nothing():
+    kube = fake_kube(RECORDED)
+    kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "off"
+    r = reclaimer(kube)
+    assert r.cycle().outcome is CycleOutcome.OFF
+    assert r.ray_reads == [] and kube.patches == [] and kube.events == []
+
+
+def test_ray_unreachable_deletes_nothing():
+    kube = fake_kube(RECORDED)
+    r = reclaimer(kube, ray=RayView(reachable=False, reason="GCS down"))
+    rep = r.cycle()
+    assert rep.outcome is CycleOutcome.IDLE and kube.patches == []
+    assert rep.plan.decision("rc-gpu-worker-a").reason is R.RAY_UNREACHABLE
+
+
+def with_reservation_group(name: str, replicas: int) -> dict:
+    """RECORDED plus a reservation worker group ``name`` (a copy of the gpu group, replicas = minReplicas)."""
+    raw = copy.deepcopy(RECORDED)
+    raw["spec"]["workerGroupSpecs"].append({**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]),
+                                            "groupName": name, "replicas": replicas, "minReplicas": replicas})
+    return raw
+
+
+def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
+    raw = with_reservation_group("rg-train", replicas=1)
+    kube = fake_kube(raw)
+    kube.configmaps = {"rc-rg-train", "rc-rg-live"}
+    dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="ready",
+                             placement_group_id="aa", heartbeat_at_s=NOW_S - 5)
+    live = ReservationRecord(name="rc-rg-live", namespace=NS, group="rg-live", state="ready",
+                             placement_group_id="bb", heartbeat_at_s=NOW_S - 5)
+    ray = ray_view({}, pgs=[PlacementGroupView(pg_id="aa", state=PgState.REMOVED),
+                            PlacementGroupView(pg_id="bb", state=PgState.CREATED)])
+    r = reclaimer(kube, FakeCache(kube, [dead, live]), ray=ray)
+    rep = r.cycle()
+    assert rep.outcome is CycleOutcome.APPLIED and rep.released == ("rc-rg-train",)
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
+    assert kube.configmaps == {"rc-rg-live"}
+    assert [e.reason for e in kube.events] == ["ReservationReleased"]
+    assert counter(r, "raygpu_gc_reservations_released_total", reason="PlacementGroupGone") == 1
+    rep2 = r.cycle()  # the cache still shows it: releasing again is a no-op, counted and evented once
+    assert rep2.released == () and [e.reason for e in kube.events] == ["ReservationReleased"]
+    assert counter(r, "raygpu_gc_reservations_released_total", reason="PlacementGroupGone") == 1
+
+
+def test_gc_never_blocks_a_cycle_on_a_draining_group():
+    """Pods of the released group still there: scale to zero and move on; a later cycle removes the group."""
+    raw = with_reservation_group("rg-train", replicas=1)
+    kube = fake_kube(raw)
+    kube.configmaps = {"rc-rg-train"}
+    kube.extra_pods = [pod("rc-rg-train-worker-z", "rg-train", "k5")]
+    dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="released",
+                             heartbeat_at_s=NOW_S - 5)
+    r = reclaimer(kube, FakeCache(kube, [dead]), ray=ray_view({}))
+    t0 = time.monotonic()
+    rep = r.cycle()
+    assert time.monotonic() - t0 < 5  # one look at the pods, no drain wait
+    group = {g["groupName"]: g for g in kube.raw["spec"]["workerGroupSpecs"]}["rg-train"]
+    assert group["replicas"] == 0 and group["minReplicas"] == 0
+    assert group["scaleStrategy"]["workersToDelete"] == ["rc-rg-train-worker-z"]
+    assert rep.released == () and kube.configmaps == {"rc-rg-train"} and kube.events == []
+    rep = r.cycle()  # still draining: the same patch is not written again
+    assert rep.released == () and len(kube.patches) == 1
+    kube.extra_pods = []  # KubeRay deleted the pod
+    rep = r.cycle()
+    assert rep.released == ("rc-rg-train",) and kube.configmaps == set()
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
+    assert [e.reason for e in kube.events] == ["ReservationReleased"]
+
+
+def test_gc_removes_a_reservation_group_whose_state_configmap_is_gone():
+    raw = with_reservation_group("rg-lost", replicas=0)
+    kube = fake_kube(raw)
+    now = [NOW_S]
+    r = reclaimer(kube, FakeCache(kube, []), ray=ray_view({}))
+    r.clock = lambda: now[0]
+    assert r.cycle().released == ()  # first seen without its ConfigMap: wait, it may be in flight
+    assert "rg-lost" in [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]]
+    now[0] += 61
+    rep = r.cycle()
+    assert rep.released == ("rc-rg-lost",), rep
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
+    assert [e.reason for e in kube.events] == ["ReservationReleased"] and "StateLost" in kube.events[0].message
+
+
+def test_dry_run_releases_nothing():
+    kube = fake_kube(RECORDED)
+    kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "dry-run"
+    kube.configmaps = {"rc-rg-x"}
+    stale = ReservationRecord(name="rc-rg-x", namespace=NS, group="rg-x", state="reserved", heartbeat_at_s=0)
+    r = reclaimer(kube, FakeCache(kube, [stale]))
+    rep = r.cycle()
+    assert rep.outcome is CycleOutcome.DRY_RUN and [d.reservation for d in rep.gc.to_release] == ["rc-rg-x"]
+    assert kube.deleted == [] and kube.patches == []
