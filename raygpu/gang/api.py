@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
@@ -38,6 +39,7 @@ from raygpu.model.labels import LABEL_RESERVATION
 from raygpu.plan.gang import plan_gang
 
 HEARTBEAT_EVERY_S = 10.0
+WATCH_EVERY_S = 0.5  # the watchdog's step
 EXIT_BUDGET_S = 5.0  # Ctrl-C / interpreter exit: the most the release may delay the prompt
 WATCHDOG_JOIN_S = 5.0  # a release first waits this long for the watchdog's step in flight
 EXIT_DRAIN_S = 3.0  # ... of which waiting for the pods to go; the finisher waits for the rest
@@ -66,12 +68,42 @@ def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK"
     return plan_gang(req, kube.get_raycluster(namespace, cluster))
 
 
+@dataclass(frozen=True)
+class RayCalls:
+    """The Ray calls a GangPlacementGroup makes, on the driver's own Ray connection.
+
+    ``RayCalls.real()`` are Ray's own; tests pass fakes to drive the watchdog
+    deterministically without a Ray cluster.
+    """
+
+    placement_group: Callable[..., Any]  # ray.util.placement_group
+    placement_group_table: Callable[[Any], dict]  # ray.util.placement_group.placement_group_table
+    remove_placement_group: Callable[[Any], None]  # ray.util.remove_placement_group
+    nodes: Callable[[], list[dict]]  # ray.nodes
+
+    @classmethod
+    def real(cls) -> "RayCalls":
+        import ray
+        from ray.util import placement_group as ray_pg
+        from ray.util import remove_placement_group
+        from ray.util.placement_group import placement_group_table
+        return cls(ray_pg, placement_group_table, remove_placement_group, ray.nodes)
+
+
 class GangPlacementGroup:
-    """A Ray placement group whose bundles sit on pods reserved for it as one gang."""
+    """A Ray placement group whose bundles sit on pods reserved for it as one gang.
+
+    ``ray_calls`` (default: Ray's own), ``clock`` (monotonic seconds, for the
+    deadline and the heartbeat period) and ``start_watchdog=False`` (the caller
+    runs ``_step()`` itself) exist for tests.
+    """
 
     def __init__(self, reservation: Reservation, progress: Callable[[str], None],
-                 kubeconfig: str | None = None) -> None:
+                 kubeconfig: str | None = None, *, ray_calls: RayCalls | None = None,
+                 clock: Callable[[], float] = time.monotonic, start_watchdog: bool = True) -> None:
         self.reservation = reservation
+        self._ray = ray_calls or RayCalls.real()
+        self._clock = clock
         self._kubeconfig = kubeconfig  # for the finisher, which builds its own client the same way
         self.placement_group: Any = None  # the Ray PG, created once the reserved Ray nodes joined
         self._pg_created = threading.Event()
@@ -81,9 +113,11 @@ class GangPlacementGroup:
         self._done = threading.Event()  # set once a release/rollback has finished
         self._lock = threading.Lock()
         self.error: str | None = None
-        self._deadline = time.monotonic() + reservation.request.timeout_s
+        self._deadline = clock() + reservation.request.timeout_s
+        self._last_beat_s = float("-inf")
         self._thread = threading.Thread(target=self._watch, name=f"raygpu-{reservation.plan.gang_name}", daemon=True)
-        self._thread.start()
+        if start_watchdog:
+            self._thread.start()
 
     # ---------------------------------------------------------------- API
     @property
@@ -142,54 +176,55 @@ class GangPlacementGroup:
 
     # ------------------------------------------------------------- watchdog
     def _reserved_ray_nodes(self) -> int:
-        import ray
         group = self.plan.reservation_group
-        return sum(1 for n in ray.nodes() if n.get("Alive") and (n.get("Labels") or {}).get(LABEL_RESERVATION) == group)
+        return sum(1 for n in self._ray.nodes()
+                   if n.get("Alive") and (n.get("Labels") or {}).get(LABEL_RESERVATION) == group)
 
     def _create_ray_pg(self) -> None:
         """The Ray PG, pinned by ``bundle_label_selector`` to the reserved Ray nodes (all present now:
         a PG created before its nodes exist can sit PENDING long after they join)."""
-        from ray.util import placement_group as ray_pg
         req = self.reservation.request
         selector = {LABEL_RESERVATION: self.plan.reservation_group}
-        self.placement_group = ray_pg([dict(b.resources) for b in req.bundles], strategy=req.strategy.value,
-                                      name=req.name, bundle_label_selector=[dict(selector) for _ in req.bundles])
+        self.placement_group = self._ray.placement_group(
+            [dict(b.resources) for b in req.bundles], strategy=req.strategy.value, name=req.name,
+            bundle_label_selector=[dict(selector) for _ in req.bundles])
         self.reservation.record_placement_group(self.placement_group.id.hex())
         self._pg_created.set()
 
     def _watch(self) -> None:
-        from ray.util.placement_group import placement_group_table
-        last_beat = 0.0
         while not self._stop.is_set():
-            try:
-                rsv = self.reservation
-                if rsv.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
-                    before = rsv.state
-                    rsv.observe()
-                    if rsv.state != before:
-                        self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
-                if rsv.state == ReservationState.BOUND and self.placement_group is None:
-                    if self._reserved_ray_nodes() >= rsv.plan.pod_count:
-                        self._create_ray_pg()
-                        self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.plan.pod_count} Ray nodes "
-                                       f"joined; placement group created on them")
-                if rsv.state == ReservationState.BOUND and self.placement_group is not None:
-                    if placement_group_table(self.placement_group).get("state") == "CREATED":
-                        rsv.transition(ReservationState.READY, "all bundles placed on the reserved Ray nodes")
-                        self._progress(f"placement group {rsv.request.name} ready on "
-                                       f"{rsv.plan.pod_count} reserved pods")
-                if rsv.state == ReservationState.READY:
-                    with _LIVE_LOCK:
-                        pass
-                elif time.monotonic() > self._deadline:
-                    self._finish(f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})")
-                    return
-                if time.monotonic() - last_beat > HEARTBEAT_EVERY_S:
-                    rsv.heartbeat(time.time())
-                    last_beat = time.monotonic()
-            except Exception as e:  # noqa: BLE001 - the watchdog must not die silently
-                self._progress(f"watchdog: {e}")
-            self._stop.wait(0.5)
+            if not self._step():
+                return
+            self._stop.wait(WATCH_EVERY_S)
+
+    def _step(self) -> bool:
+        """One watchdog step; False once the reservation was rolled back (the watchdog then ends)."""
+        try:
+            rsv = self.reservation
+            if rsv.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+                before = rsv.state
+                rsv.observe()
+                if rsv.state != before:
+                    self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
+            if rsv.state == ReservationState.BOUND and self.placement_group is None:
+                if self._reserved_ray_nodes() >= rsv.plan.pod_count:
+                    self._create_ray_pg()
+                    self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.plan.pod_count} Ray nodes "
+                                   f"joined; placement group created on them")
+            if rsv.state == ReservationState.BOUND and self.placement_group is not None:
+                if self._ray.placement_group_table(self.placement_group).get("state") == "CREATED":
+                    rsv.transition(ReservationState.READY, "all bundles placed on the reserved Ray nodes")
+                    self._progress(f"placement group {rsv.request.name} ready on "
+                                   f"{rsv.plan.pod_count} reserved pods")
+            if rsv.state != ReservationState.READY and self._clock() > self._deadline:
+                self._finish(f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})")
+                return False
+            if self._clock() - self._last_beat_s > HEARTBEAT_EVERY_S:
+                rsv.heartbeat(time.time())
+                self._last_beat_s = self._clock()
+        except Exception as e:  # noqa: BLE001 - the watchdog must not die silently
+            self._progress(f"watchdog: {e}")
+        return True
 
     def _finish(self, failure: str | None, budget_s: float | None = None) -> None:
         """Release once: synchronously (``budget_s`` None), or bounded by ``budget_s`` with a hand-off."""
@@ -199,7 +234,7 @@ class GangPlacementGroup:
             self._released = True
         self._stop.set()
         self.error = failure
-        if threading.current_thread() is not self._thread:  # let a watchdog step in flight end first
+        if threading.current_thread() is not self._thread and self._thread.is_alive():  # a step in flight ends first
             self._thread.join(WATCHDOG_JOIN_S if budget_s is None else min(0.5, budget_s))
         if budget_s is None:
             self._release(failure, RELEASE_DRAIN_S)
@@ -215,11 +250,10 @@ class GangPlacementGroup:
 
     def _release(self, failure: str | None, drain_timeout_s: float) -> str:
         """Remove the Ray PG, then the reservation; returns "done", "draining" or the error."""
-        from ray.util import remove_placement_group
         result = "done"
         if self.placement_group is not None:
             try:
-                remove_placement_group(self.placement_group)
+                self._ray.remove_placement_group(self.placement_group)
             except Exception:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
                 pass
         try:
