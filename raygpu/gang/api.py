@@ -21,23 +21,22 @@ the sidecar's garbage collection), so the prompt comes back at once.
 from __future__ import annotations
 
 import atexit
-import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError
-from raygpu.gang.reservation import GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, reserve
-from raygpu.model.gang import GangPlan, GangRequest, ReservationState
+from raygpu.gang.reservation import (GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
+                                    plan_placement_group, reserve)  # plan_placement_group: public here
+from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.labels import LABEL_RESERVATION
-from raygpu.plan.gang import plan_gang
 
 HEARTBEAT_EVERY_S = 10.0
+WATCH_EVERY_S = 0.5  # the watchdog's step
+WATCH_BACKOFF_MAX_S = 4.0  # after failed writes the step doubles up to this, never more
 EXIT_BUDGET_S = 5.0  # Ctrl-C / interpreter exit: the most the release may delay the prompt
 WATCHDOG_JOIN_S = 5.0  # a release first waits this long for the watchdog's step in flight
 EXIT_DRAIN_S = 3.0  # ... of which waiting for the pods to go; the finisher waits for the rest
@@ -45,47 +44,56 @@ _LIVE: set["GangPlacementGroup"] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-def _request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None) -> GangRequest:
-    import uuid
-    return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
-                       bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
-                       owner_job=owner_job)
+@dataclass(frozen=True)
+class RayCalls:
+    """The Ray calls a GangPlacementGroup makes on the driver's connection: ``real()`` Ray's, or a test's fakes."""
 
+    placement_group: Callable[..., Any]  # ray.util.placement_group
+    placement_group_table: Callable[[Any], dict]  # ray.util.placement_group.placement_group_table
+    remove_placement_group: Callable[[Any], None]  # ray.util.remove_placement_group
+    nodes: Callable[[], list[dict]]  # ray.nodes
 
-def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
-                         namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
-                         name: str | None = None, queue: str | None = None,
-                         kubeconfig: str | None = None) -> GangPlan:
-    """Dry run: read the RayCluster and return the plan. Creates nothing, writes nothing.
-
-    Raises InfeasibleError (which bundle, which resource, which limit) or
-    PermanentError (bad input, unknown cluster or backend).
-    """
-    kube = KubeAdapter(kubeconfig)
-    req = _request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue)
-    return plan_gang(req, kube.get_raycluster(namespace, cluster))
+    @classmethod
+    def real(cls) -> "RayCalls":
+        import ray
+        from ray.util import placement_group as ray_pg
+        from ray.util import remove_placement_group
+        from ray.util.placement_group import placement_group_table
+        return cls(ray_pg, placement_group_table, remove_placement_group, ray.nodes)
 
 
 class GangPlacementGroup:
-    """A Ray placement group whose bundles sit on pods reserved for it as one gang."""
+    """A Ray placement group whose bundles sit on pods reserved for it as one gang.
+
+    ``ray_calls`` (default: Ray's own), ``clock`` (monotonic seconds, for the
+    deadline and the heartbeat period) and ``start_watchdog=False`` (the caller
+    runs ``_step()`` itself) exist for tests.
+    """
 
     def __init__(self, reservation: Reservation, progress: Callable[[str], None],
-                 kubeconfig: str | None = None) -> None:
+                 kubeconfig: str | None = None, *, ray_calls: RayCalls | None = None,
+                 clock: Callable[[], float] = time.monotonic, start_watchdog: bool = True) -> None:
         self.reservation = reservation
+        self._ray = ray_calls or RayCalls.real()
+        self._clock = clock
         self._kubeconfig = kubeconfig  # for the finisher, which builds its own client the same way
         self.placement_group: Any = None  # the Ray PG, created once the reserved Ray nodes joined
         self._pg_created = threading.Event()
+        self._pg_lock = threading.Lock()  # held while the Ray PG is created or removed
+        self._pg_recorded = self._pg_removed = False  # its id is on the state ConfigMap / it was removed
         self._progress = progress
         self._stop = threading.Event()
-        self._released = False
-        self._done = threading.Event()  # set once a release/rollback has finished
-        self._lock = threading.Lock()
+        self._released = False  # a release began: no Ray PG is created any more, the watchdog stops
+        self._release_complete = False  # released (or handed to the finisher): remove() is a no-op
+        self._done = threading.Event()  # set once a release attempt has ended, successful or not
+        self._lock = threading.Lock()  # one release attempt at a time
         self.error: str | None = None
-        self._deadline = time.monotonic() + reservation.request.timeout_s
+        self._deadline = clock() + reservation.request.timeout_s
+        self._last_beat_s = float("-inf")
         self._thread = threading.Thread(target=self._watch, name=f"raygpu-{reservation.plan.gang_name}", daemon=True)
-        self._thread.start()
+        if start_watchdog:
+            self._thread.start()
 
-    # ---------------------------------------------------------------- API
     @property
     def plan(self) -> GangPlan:
         return self.reservation.plan
@@ -98,33 +106,48 @@ class GangPlacementGroup:
         """The Ray ObjectRef that resolves when every bundle is placed (``ray.get(pg.ready())``).
 
         Blocks until the Ray placement group exists (it is created once the
-        reserved pods' Ray nodes have joined). Raises PermanentError if the
-        reservation was rolled back first (timeout); after that the ref raises
-        instead of hanging.
+        reserved pods' Ray nodes have joined), at most until the reservation's
+        deadline (``timeout_s`` after it was reserved) plus ``WATCHDOG_JOIN_S``,
+        whatever fails meanwhile. Raises PermanentError once a release or
+        rollback began (the PG is gone or going), or past that deadline.
         """
-        while not self._pg_created.wait(0.2):
-            if self._done.is_set():
-                raise PermanentError(f"reservation {self.plan.reservation_group} rolled back: {self.error}")
+        while not self._released and not self._pg_created.wait(0.2):
+            if self._overdue():
+                raise PermanentError(f"reservation {self.plan.reservation_group} not ready within timeout_s="
+                                     f"{self.reservation.request.timeout_s:g} (state {self.state.value}); "
+                                     "the watchdog rolls it back")
+        if self._released:
+            raise PermanentError(f"reservation {self.plan.reservation_group} "
+                                 + (f"rolled back: {self.error}" if self.error else "released"))
         return self.placement_group.ready()
 
     def wait(self, timeout_s: float | None = None) -> bool:
-        """Block until ready (True) or until ``timeout_s``/rollback (False)."""
+        """Block until ready (True) or until ``timeout_s``, a rollback or the reservation's deadline (False).
+
+        Ready means the state ConfigMap says ``ready``. Never blocks past the
+        reservation's deadline plus ``WATCHDOG_JOIN_S``, even with no timeout_s.
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._released:
             if self.state == ReservationState.READY:
                 return True
-            if deadline is not None and time.monotonic() > deadline:
+            if (deadline is not None and time.monotonic() > deadline) or self._overdue():
                 return False
             time.sleep(0.2)
         self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return False
+
+    def _overdue(self) -> bool:  # past the deadline by more than a watchdog step may take, not ready
+        return self.state != ReservationState.READY and self._clock() > self._deadline + WATCHDOG_JOIN_S
 
     def remove(self) -> None:
         """Remove the Ray placement group and release the reservation. Idempotent.
 
         Waits up to ``RELEASE_DRAIN_S`` for the reserved pods to go, then
         removes their worker group; pods that outlive the wait are left to the
-        sidecar's garbage collection (the state is terminal by then).
+        sidecar's garbage collection (the state is terminal by then). Raises
+        the error if the release failed: nothing is claimed released then, and
+        calling ``remove()`` again tries again.
         """
         self._finish(None)
 
@@ -142,96 +165,157 @@ class GangPlacementGroup:
 
     # ------------------------------------------------------------- watchdog
     def _reserved_ray_nodes(self) -> int:
-        import ray
         group = self.plan.reservation_group
-        return sum(1 for n in ray.nodes() if n.get("Alive") and (n.get("Labels") or {}).get(LABEL_RESERVATION) == group)
+        return sum(1 for n in self._ray.nodes()
+                   if n.get("Alive") and (n.get("Labels") or {}).get(LABEL_RESERVATION) == group)
 
     def _create_ray_pg(self) -> None:
         """The Ray PG, pinned by ``bundle_label_selector`` to the reserved Ray nodes (all present now:
-        a PG created before its nodes exist can sit PENDING long after they join)."""
-        from ray.util import placement_group as ray_pg
+        a PG created before its nodes exist can sit PENDING long after they join).
+
+        Created under ``_pg_lock``, and only while no release has begun; a
+        release that began while Ray was creating it and gave up waiting for
+        the lock finds the PG removed here.
+        """
         req = self.reservation.request
         selector = {LABEL_RESERVATION: self.plan.reservation_group}
-        self.placement_group = ray_pg([dict(b.resources) for b in req.bundles], strategy=req.strategy.value,
-                                      name=req.name, bundle_label_selector=[dict(selector) for _ in req.bundles])
-        self.reservation.record_placement_group(self.placement_group.id.hex())
+        with self._pg_lock:
+            if self._released or self.placement_group is not None:
+                return
+            self.placement_group = self._ray.placement_group(
+                [dict(b.resources) for b in req.bundles], strategy=req.strategy.value, name=req.name,
+                bundle_label_selector=[dict(selector) for _ in req.bundles])
+            if self._released:
+                self._remove_ray_pg_locked()
+                return
         self._pg_created.set()
+        self._progress(f"reservation {self.plan.reservation_group}: {self.plan.pod_count} Ray nodes joined; "
+                       f"placement group created on them")
+
+    def _remove_ray_pg(self, wait_s: float) -> None:
+        """Remove the Ray PG if one exists, once; waits up to ``wait_s`` for a creation in flight (after that
+        the watchdog removes what it creates, since ``_released`` is set)."""
+        if self._pg_lock.acquire(timeout=max(0.0, wait_s)):
+            self._remove_ray_pg_locked()  # never raises
+            self._pg_lock.release()
+
+    def _remove_ray_pg_locked(self) -> None:
+        if self.placement_group is not None and not self._pg_removed:
+            self._pg_removed = True
+            self._attempt("removing the Ray placement group", lambda: self._ray.remove_placement_group(
+                self.placement_group))  # Ray may be gone at exit; the reservation still goes
 
     def _watch(self) -> None:
-        from ray.util.placement_group import placement_group_table
-        last_beat = 0.0
+        failures = 0
         while not self._stop.is_set():
-            try:
-                rsv = self.reservation
-                if rsv.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
-                    before = rsv.state
-                    rsv.observe()
-                    if rsv.state != before:
-                        self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
-                if rsv.state == ReservationState.BOUND and self.placement_group is None:
-                    if self._reserved_ray_nodes() >= rsv.plan.pod_count:
-                        self._create_ray_pg()
-                        self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.plan.pod_count} Ray nodes "
-                                       f"joined; placement group created on them")
-                if rsv.state == ReservationState.BOUND and self.placement_group is not None:
-                    if placement_group_table(self.placement_group).get("state") == "CREATED":
-                        rsv.transition(ReservationState.READY, "all bundles placed on the reserved Ray nodes")
-                        self._progress(f"placement group {rsv.request.name} ready on "
-                                       f"{rsv.plan.pod_count} reserved pods")
-                if rsv.state == ReservationState.READY:
-                    with _LIVE_LOCK:
-                        pass
-                elif time.monotonic() > self._deadline:
-                    self._finish(f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})")
-                    return
-                if time.monotonic() - last_beat > HEARTBEAT_EVERY_S:
-                    rsv.heartbeat(time.time())
-                    last_beat = time.monotonic()
-            except Exception as e:  # noqa: BLE001 - the watchdog must not die silently
-                self._progress(f"watchdog: {e}")
-            self._stop.wait(0.5)
-
-    def _finish(self, failure: str | None, budget_s: float | None = None) -> None:
-        """Release once: synchronously (``budget_s`` None), or bounded by ``budget_s`` with a hand-off."""
-        with self._lock:
-            if self._released:
+            outcome = self._step()
+            if outcome == "done":
                 return
-            self._released = True
-        self._stop.set()
-        self.error = failure
-        if threading.current_thread() is not self._thread:  # let a watchdog step in flight end first
-            self._thread.join(WATCHDOG_JOIN_S if budget_s is None else min(0.5, budget_s))
-        if budget_s is None:
-            self._release(failure, RELEASE_DRAIN_S)
-            return
-        outcome: list[str] = []
-        worker = threading.Thread(target=lambda: outcome.append(self._release(failure, min(EXIT_DRAIN_S, budget_s))),
-                                  name=f"raygpu-release-{self.plan.gang_name}", daemon=True)
-        worker.start()
-        worker.join(budget_s)
-        if outcome != ["done"]:  # pods still terminating, a request still hanging, or the release failed
-            self._hand_off(outcome[0] if outcome else f"not done within {budget_s:g} s")
-            self._done.set()
+            failures = 0 if outcome == "ok" else failures + 1
+            self._stop.wait(min(WATCH_EVERY_S * 2 ** failures, WATCH_BACKOFF_MAX_S))
 
-    def _release(self, failure: str | None, drain_timeout_s: float) -> str:
-        """Remove the Ray PG, then the reservation; returns "done", "draining" or the error."""
-        from ray.util import remove_placement_group
-        result = "done"
-        if self.placement_group is not None:
-            try:
-                remove_placement_group(self.placement_group)
-            except Exception:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
-                pass
+    def _attempt(self, what: str, action: Callable[[], Any]) -> bool:
         try:
-            if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) == GROUP_DRAINING:
-                result = "draining"
-        except Exception as e:  # noqa: BLE001 - reported; the caller decides who finishes
-            result = f"release failed: {e}"
-            if drain_timeout_s >= RELEASE_DRAIN_S:
-                raise
+            action()
+            return True
+        except Exception as e:  # noqa: BLE001 - the watchdog must not die; the next step tries again
+            self._progress(f"watchdog: {what} failed, retrying: {e}")
+            return False
+
+    def _step(self) -> str:
+        """One watchdog step: "ok", "retry" (a write failed: the next step tries it again) or "done".
+
+        Each lifecycle write (a transition, the PG id, the heartbeat) is
+        attempted on its own, so one that fails neither skips the others nor
+        the deadline; the in-memory state only follows a write that landed.
+        READY needs the PG id recorded (the sidecar's GC checks the PG by it).
+        Past the deadline and not READY: roll back, "done".
+        """
+        rsv, ok = self.reservation, True
+        if rsv.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+            before = rsv.state
+            ok &= self._attempt("observing the pods", rsv.observe)
+            if rsv.state != before:
+                self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
+        if rsv.state == ReservationState.BOUND and self.placement_group is None:
+            ok &= self._attempt("creating the placement group", lambda: self._reserved_ray_nodes()
+                                >= rsv.plan.pod_count and self._create_ray_pg())
+        if self.placement_group is not None and not self._pg_removed and not self._pg_recorded:
+            ok &= self._attempt("recording the placement group id", self._record_pg)
+        if rsv.state == ReservationState.BOUND and self._pg_recorded:
+            ok &= self._attempt("marking the reservation ready", self._mark_ready)
+        if rsv.state != ReservationState.READY and self._clock() > self._deadline:
+            try:
+                self._finish(f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})",
+                             blocking=False)
+            except Exception as e:  # noqa: BLE001 - reported; remove() again, or the sidecar's GC, finishes it
+                self._progress(f"watchdog: rollback of {rsv.plan.reservation_group} failed ({e}); remove() tries "
+                               "again, else the sidecar's garbage collection finishes it")
+            return "done"
+        if self._clock() - self._last_beat_s > HEARTBEAT_EVERY_S:
+            if self._attempt("heartbeat", lambda: rsv.heartbeat(time.time())):
+                self._last_beat_s = self._clock()
+            else:
+                ok = False
+        return "ok" if ok else "retry"
+
+    def _record_pg(self) -> None:
+        self.reservation.record_placement_group(self.placement_group.id.hex())
+        self._pg_recorded = True
+
+    def _mark_ready(self) -> None:
+        if self._ray.placement_group_table(self.placement_group).get("state") == "CREATED":
+            self.reservation.transition(ReservationState.READY, "all bundles placed on the reserved Ray nodes")
+            self._progress(f"placement group {self.reservation.request.name} ready on "
+                           f"{self.plan.pod_count} reserved pods")
+
+    def _finish(self, failure: str | None, budget_s: float | None = None, blocking: bool = True) -> None:
+        """Release: synchronously (``budget_s`` None; raises on failure, leaving it retryable), or bounded by
+        ``budget_s`` with a hand-off to the finisher. ``blocking=False`` (the watchdog) returns at once when
+        another release attempt is under way. A no-op once released."""
+        t_end = time.monotonic() + (budget_s if budget_s is not None else 0.0)
+        got = self._lock.acquire(blocking=False) if not blocking else (
+            self._lock.acquire() if budget_s is None else self._lock.acquire(timeout=budget_s))
+        if not got:
+            if budget_s is not None:  # a release is under way in another thread; the finisher backs it up
+                self._hand_off("another release of it was still under way")
+            return
+        try:
+            if self._release_complete:
+                return
+            if not self._released:
+                self._released, self.error = True, failure
+            self._stop.set()
+            if threading.current_thread() is not self._thread and self._thread.is_alive():
+                self._thread.join(WATCHDOG_JOIN_S if budget_s is None else min(0.5, budget_s))  # step in flight
+            if budget_s is None:
+                try:
+                    self._release(failure, RELEASE_DRAIN_S, WATCHDOG_JOIN_S)
+                finally:
+                    self._done.set()
+                return
+            outcome: list[str] = []
+            left_s = max(0.0, t_end - time.monotonic())
+            worker = threading.Thread(target=lambda: outcome.append(_outcome(
+                lambda: self._release(failure, min(EXIT_DRAIN_S, left_s), left_s))),
+                name=f"raygpu-release-{self.plan.gang_name}", daemon=True)
+            worker.start()
+            worker.join(left_s)
+            if outcome != ["done"]:  # pods still terminating, a request still hanging, or the release failed
+                self._hand_off(outcome[0] if outcome else f"not done within {budget_s:g} s")
+            self._release_complete = True  # done, or the finisher's (and the sidecar's GC's) to finish
+            self._done.set()
         finally:
-            if result == "done" or drain_timeout_s >= RELEASE_DRAIN_S:
-                self._done.set()
+            self._lock.release()
+
+    def _release(self, failure: str | None, drain_timeout_s: float, pg_wait_s: float) -> str:
+        """Remove the Ray PG, then the reservation; returns "done" or "draining", raises on failure
+        (then nothing is marked released and the next attempt starts over)."""
+        self._remove_ray_pg(pg_wait_s)
+        result = "done"
+        if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) == GROUP_DRAINING:
+            result = "draining"
+        self._release_complete = True
         self._progress(f"reservation {self.plan.reservation_group} "
                        f"{'rolled back: ' + failure if failure else 'released'}"
                        + ("" if result == "done" else f" ({result})"))
@@ -241,21 +325,15 @@ class GangPlacementGroup:
 
     def _hand_off(self, why: str) -> None:
         """Start the detached finisher for what the bounded release left; never raises."""
-        ns, name = self.plan.namespace, self.plan.gang_name
-        cmd = [sys.executable, "-m", "raygpu.gang.finisher", "--namespace", ns, "--cluster", self.plan.cluster,
-               "--reservation", name]
-        if self._kubeconfig:
-            cmd += ["--kubeconfig", self._kubeconfig]
-        log_path = os.path.join(tempfile.gettempdir(), f"raygpu-finisher-{ns}-{name}.log")
-        try:
-            with open(log_path, "ab") as log:
-                subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                 close_fds=True)
-            self._progress(f"reservation {self.plan.reservation_group}: {why}; the rest is finished in the "
-                           f"background (log {log_path}), else by the sidecar's garbage collection")
-        except Exception as e:  # noqa: BLE001 - at exit nothing may raise; the sidecar's GC is the backstop
-            self._progress(f"reservation {self.plan.reservation_group}: {why}; could not start the finisher "
-                           f"({e}): the sidecar's garbage collection finishes the release")
+        from raygpu.gang.finisher import hand_off
+        hand_off(self.plan, self._kubeconfig, why, self._progress)
+
+
+def _outcome(release: Callable[[], str]) -> str:
+    try:
+        return release()
+    except Exception as e:  # noqa: BLE001 - reported; the finisher or the sidecar's GC finishes
+        return f"release failed: {e}"
 
 
 def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
@@ -279,7 +357,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
         raise PermanentError("raygpu.placement_group needs a connected Ray driver: call ray.init(address=...) first")
     say = progress or (lambda m: None)
     job = ray.get_runtime_context().get_job_id()
-    req = _request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=job)
+    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=job)
     kube = KubeAdapter(kubeconfig)
     rsv = reserve(kube, req, time.time(), progress=say)
     gpg = GangPlacementGroup(rsv, say, kubeconfig)

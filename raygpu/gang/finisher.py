@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 
 FINISH_DRAIN_S = 300.0  # how long the finisher waits for the reservation's pods to terminate
@@ -69,6 +72,31 @@ def main(argv: list[str] | None = None) -> int:
     if outcome == GROUP_DRAINING:
         return _say(1, "draining", args, group=group, took_s=took_s)
     return _say(0, "finished", args, group=group, group_outcome=outcome, configmap_deleted=deleted, took_s=took_s)
+
+
+def spawn(namespace: str, cluster: str, reservation: str, kubeconfig: str | None = None) -> str:
+    """Start this program detached (own session, stdin closed) for one reservation; returns its log's path.
+
+    Raises OSError when it cannot be started.
+    """
+    cmd = [sys.executable, "-m", "raygpu.gang.finisher", "--namespace", namespace, "--cluster", cluster,
+           "--reservation", reservation] + (["--kubeconfig", kubeconfig] if kubeconfig else [])
+    log_path = os.path.join(tempfile.gettempdir(), f"raygpu-finisher-{namespace}-{reservation}.log")
+    with open(log_path, "ab") as log:
+        subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                         close_fds=True)
+    return log_path
+
+
+def hand_off(plan, kubeconfig: str | None, why: str, progress) -> None:
+    """Start the finisher for ``plan``'s reservation (a GangPlan) and say so with ``progress``; never raises."""
+    try:
+        log_path = spawn(plan.namespace, plan.cluster, plan.gang_name, kubeconfig)
+        progress(f"reservation {plan.reservation_group}: {why}; the rest is finished in the background "
+                 f"(log {log_path}), else by the sidecar's garbage collection")
+    except Exception as e:  # noqa: BLE001 - at exit nothing may raise; the sidecar's GC is the backstop
+        progress(f"reservation {plan.reservation_group}: {why}; could not start the finisher ({e}): "
+                 "the sidecar's garbage collection finishes the release")
 
 
 def _say(code: int, event: str, args: argparse.Namespace, **kw) -> int:

@@ -16,6 +16,7 @@ idempotent and leaves no worker group, gang object or state ConfigMap behind.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -46,6 +47,7 @@ class Reservation:
     request: GangRequest
     state: ReservationState = ReservationState.PLANNED
     history: list[str] = field(default_factory=list)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def state_object(self) -> tuple[str, str, str, str]:
@@ -53,18 +55,27 @@ class Reservation:
 
     # ------------------------------------------------------------ lifecycle
     def transition(self, target: ReservationState, note: str = "") -> None:
-        """Move along an edge of the state table and record it on the state ConfigMap."""
-        if target == self.state:
-            return
-        self.state = check_transition(self.state, target)
-        self.history.append(f"{target.value}{': ' + note if note else ''}")
-        api, kind, name, ns = self.state_object
-        try:
-            self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {
-                ANNOTATION_RESERVATION_STATE: target.value}}, "data": {"history": "\n".join(self.history)}})
-        except PermanentError:
-            if target not in (ReservationState.RELEASED, ReservationState.ROLLED_BACK):
-                raise  # the state object vanished under a live reservation
+        """Move along an edge of the state table, recording it on the state ConfigMap first.
+
+        The in-memory state changes only once the write landed: a write that
+        fails raises and leaves ``state`` as it was, so the caller retries and
+        the driver never believes more than the ConfigMap says. A state
+        ConfigMap that is gone (PermanentError) is only accepted on the way
+        out (failed, released, rolled_back); otherwise it raises.
+        """
+        with self._lock:
+            if target == self.state:
+                return
+            check_transition(self.state, target)
+            history = [*self.history, f"{target.value}{': ' + note if note else ''}"]
+            api, kind, name, ns = self.state_object
+            try:
+                self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {
+                    ANNOTATION_RESERVATION_STATE: target.value}}, "data": {"history": "\n".join(history)}})
+            except PermanentError:
+                if target not in (ReservationState.FAILED, ReservationState.RELEASED, ReservationState.ROLLED_BACK):
+                    raise  # the state object vanished under a live reservation
+            self.state, self.history = target, history
 
     def pods(self) -> list[K8sPodView]:
         """The pods of the reservation's worker group."""
@@ -94,6 +105,7 @@ class Reservation:
                     pass  # the gang object is gone (released under us): nothing to nudge
 
     def record_placement_group(self, pg_id: str) -> None:
+        """Record the Ray PG's id on the state ConfigMap (the sidecar's GC checks it); raises if the write failed."""
         api, kind, name, ns = self.state_object
         self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {ANNOTATION_PLACEMENT_GROUP: pg_id}}})
 
@@ -101,17 +113,19 @@ class Reservation:
     def release(self, failed: str | None = None, drain_timeout_s: float = RELEASE_DRAIN_S) -> str:
         """Remove the worker group, the gang objects and the state ConfigMap. Idempotent.
 
-        ``failed`` (a reason) walks FAILED -> ROLLED_BACK instead of RELEASED.
-        Waits up to ``drain_timeout_s`` for the group's pods to go. Returns
+        ``failed`` (a reason) walks FAILED -> ROLLED_BACK instead of RELEASED
+        (a reservation already released keeps that end). A call that raises
+        has changed no state it did not also write, so calling again finishes
+        the job. Waits up to ``drain_timeout_s`` for the group's pods to go. Returns
         ``GROUP_DRAINING`` when they outlived the wait: the state is then
         terminal and the zero-replica group and the state ConfigMap stay for
         ``finish_release`` (or the sidecar's garbage collection) to remove.
         """
-        if failed and self.state not in (ReservationState.FAILED, ReservationState.ROLLED_BACK):
-            if self.state == ReservationState.RELEASED:
-                return GROUP_ABSENT
+        if failed and self.state not in (ReservationState.FAILED, ReservationState.ROLLED_BACK,
+                                         ReservationState.RELEASED):
             self.transition(ReservationState.FAILED, failed)
-        final = ReservationState.ROLLED_BACK if self.state == ReservationState.FAILED else ReservationState.RELEASED
+        final = (ReservationState.ROLLED_BACK if self.state in (ReservationState.FAILED, ReservationState.ROLLED_BACK)
+                 else ReservationState.RELEASED)
         group = remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster,
                                          self.plan.reservation_group, drain_timeout_s=drain_timeout_s)
         if group == GROUP_DRAINING:
@@ -274,6 +288,27 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         raise
 
 
+def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None) -> GangRequest:
+    import uuid
+    return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
+                       bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
+                       owner_job=owner_job)
+
+
+def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
+                         namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
+                         name: str | None = None, queue: str | None = None,
+                         kubeconfig: str | None = None) -> GangPlan:
+    """Dry run: read the RayCluster and return the plan. Creates nothing, writes nothing.
+
+    Raises InfeasibleError (which bundle, which resource, which limit) or
+    PermanentError (bad input, unknown cluster or backend).
+    """
+    kube = KubeAdapter(kubeconfig)
+    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue)
+    return plan_gang(req, kube.get_raycluster(namespace, cluster))
+
+
 def load_plan(cm: dict) -> GangPlan:
     return GangPlan.model_validate_json((cm.get("data") or {})["plan.json"])
 
@@ -288,4 +323,4 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["Reservation", "reserve", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]
+__all__ = ["Reservation", "reserve", "gang_request", "plan_placement_group", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]

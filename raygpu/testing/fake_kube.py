@@ -6,6 +6,13 @@ the resourceVersion; a failed ``test`` op is a ``ConflictError`` (or, with
 ``bare_422``, the bare 422 ``InvalidError`` a malformed patch gets).
 ``conflicts=n`` makes the next n patches find that someone else wrote the
 RayCluster first. Events are recorded as ``Event`` tuples.
+
+Other objects (a reservation's state ConfigMap, gang objects) live in
+``objects`` by (kind, name) with ``create``/``get``/``list``/``merge_patch``
+(RFC 7386)/``delete``. ``fail(method, error, times, when)`` makes the next
+calls of a method raise, to test what a 5xx or a timeout does. With
+``kuberay=True`` the pods in ``extra_pods`` of a worker group that was
+scaled to zero or removed go away after the patch, as KubeRay deletes them.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterable, NamedTuple
 
-from raygpu.errors import ConflictError, InvalidError
+from raygpu.errors import ConflictError, InvalidError, NotFoundError
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sPodView
 from raygpu.testing.builders.patch import PatchTestFailed, apply_json_patch
@@ -31,7 +38,7 @@ class Event(NamedTuple):
 
 class FakeKube:
     def __init__(self, raw: dict[str, Any], *, pods: Iterable[K8sPodView] = (), conflicts: int = 0,
-                 bare_422: bool = False) -> None:
+                 bare_422: bool = False, kuberay: bool = False) -> None:
         self.raw = copy.deepcopy(raw)
         self.pods = tuple(pods)  # what ray_pods lists (plus extra_pods)
         self.conflicts = conflicts
@@ -41,6 +48,22 @@ class FakeKube:
         self.deleted: list[tuple[str, str]] = []
         self.configmaps: set[str] = set()
         self.extra_pods: list[K8sPodView] = []
+        self.kuberay = kuberay  # delete the extra_pods of groups scaled to zero or removed, as KubeRay does
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> object, besides the RayCluster
+        self.calls: list[tuple[str, tuple]] = []  # (method, args) of every create/merge_patch/delete/get
+        self._failures: list[list[Any]] = []  # [method, error, times left, when]
+
+    def fail(self, method: str, error: BaseException, times: int = 1,
+             when: Callable[..., bool] = lambda *args: True) -> None:
+        """The next ``times`` calls of ``method`` whose arguments satisfy ``when`` raise ``error`` (nothing is written)."""
+        self._failures.append([method, error, times, when])
+
+    def _maybe_fail(self, method: str, *args: Any) -> None:
+        self.calls.append((method, args))
+        for rule in self._failures:
+            if rule[0] == method and rule[2] > 0 and rule[3](*args):
+                rule[2] -= 1
+                raise rule[1]
 
     def with_reason(self, reason: str) -> list[Event]:
         """The recorded events with this reason, in order."""
@@ -53,12 +76,17 @@ class FakeKube:
 
     # ------------------------------------------------------------ KubeAdapter
     def ray_pods(self, namespace, cluster=None):
+        self._maybe_fail("ray_pods", namespace, cluster)
         return list(self.pods) + list(self.extra_pods)
 
     def get_raycluster(self, namespace, name):
         return RayClusterView.from_k8s(self.raw)
 
+    def raw_raycluster(self, namespace, name):
+        return copy.deepcopy(self.raw)
+
     def patch_raycluster(self, namespace, name, patch):
+        self._maybe_fail("patch_raycluster", namespace, name, patch)
         assert patch[0]["op"] == "test" and patch[0]["path"] == "/metadata/resourceVersion"
         if self.conflicts:  # someone else wrote the RayCluster first
             self.conflicts -= 1
@@ -73,15 +101,64 @@ class FakeKube:
         self.patches.append(patch)
         self.raw = out
         self.bump()
+        if self.kuberay:
+            live = {g["groupName"] for g in self.raw["spec"].get("workerGroupSpecs", []) if g.get("replicas", 0) > 0}
+            self.extra_pods = [p for p in self.extra_pods if p.ray_group in live]
         return RayClusterView.from_k8s(self.raw)
 
     def event(self, involved, reason, message, type_="Normal", component="raygpu"):
         assert involved["kind"] == "RayCluster" and involved["uid"]
         self.events.append(Event(involved["kind"], involved["name"], reason, type_, message))
 
+    def create(self, obj):
+        self._maybe_fail("create", obj)
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in self.objects:
+            raise ConflictError(f"{key[0]} {key[1]} already exists")
+        out = copy.deepcopy(obj)
+        out["metadata"].update(uid=f"uid-{key[1]}", resourceVersion="1")
+        self.objects[key] = out
+        if key[0] == "ConfigMap":
+            self.configmaps.add(key[1])
+        return copy.deepcopy(out)
+
+    def get(self, api_version, kind, name, namespace=None):
+        self._maybe_fail("get", api_version, kind, name, namespace)
+        obj = self.objects.get((kind, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self, api_version, kind, namespace=None, label_selector=""):
+        self._maybe_fail("list", api_version, kind, namespace, label_selector)
+        terms = [t.split("=", 1) for t in label_selector.split(",") if t]
+        return [copy.deepcopy(o) for (k, _), o in self.objects.items() if k == kind and all(
+            (o["metadata"].get("labels") or {}).get(t[0]) == t[1] if len(t) == 2
+            else t[0] in (o["metadata"].get("labels") or {}) for t in terms)]
+
+    def merge_patch(self, api_version, kind, name, namespace, body):
+        self._maybe_fail("merge_patch", api_version, kind, name, namespace, body)
+        obj = self.objects.get((kind, name))
+        if obj is None:
+            raise NotFoundError(f"patch {kind} {namespace}/{name}: 404")
+        _merge(obj, copy.deepcopy(body))
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(obj)
+
     def delete(self, api_version, kind, name, namespace=None):
+        self._maybe_fail("delete", api_version, kind, name, namespace)
         self.deleted.append((kind, name))
+        stored = self.objects.pop((kind, name), None) is not None
         if name in self.configmaps:
             self.configmaps.discard(name)
             return True
-        return False
+        return stored
+
+
+def _merge(target: dict, patch: dict) -> None:
+    """RFC 7386 merge patch, in place: None deletes a key, dicts merge, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value

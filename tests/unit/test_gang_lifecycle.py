@@ -1,0 +1,297 @@
+"""The driver side of a reservation (raygpu.gang.api) against a fake Ray and the one fake Kubernetes.
+
+The watchdog is driven step by step (``start_watchdog=False``, ``pg._step()``)
+on a fake clock, except where a test is about two threads meeting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from raygpu.errors import PermanentError, TransientError
+from raygpu.gang import api
+from raygpu.gang.api import GangPlacementGroup, RayCalls
+from raygpu.gang.reservation import reserve
+from raygpu.model.gang import ReservationState
+from raygpu.model.labels import ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP, ANNOTATION_RESERVATION_STATE, \
+    LABEL_RESERVATION
+from raygpu.model.views import K8sPodView
+from raygpu.testing.builders.clusters import cluster, gang, gpus
+from raygpu.testing.fake_kube import FakeKube
+
+S = ReservationState
+TIMEOUT_S = 60.0
+UNAVAILABLE = TransientError("patch ConfigMap default/c-rg-job1: 503 Service Unavailable")
+
+
+class FakePg:
+    def __init__(self, n: int) -> None:
+        self.id = bytes([n]) * 18
+
+    def ready(self) -> str:
+        return f"ready-ref-{self.id.hex()[:4]}"
+
+
+class FakeRay:
+    """Ray's view: the reserved nodes that joined, the PGs created (and removed), their table state."""
+
+    def __init__(self) -> None:
+        self.nodes: list[dict] = []
+        self.created: list[FakePg] = []
+        self.removed: list[FakePg] = []
+        self.table_state = "CREATED"
+        self.on_create = lambda: None  # runs inside placement_group(), before it returns
+
+    def calls(self) -> RayCalls:
+        def placement_group(bundles, strategy, name, bundle_label_selector):
+            self.on_create()
+            pg = FakePg(len(self.created) + 1)
+            self.created.append(pg)
+            return pg
+        return RayCalls(placement_group=placement_group, placement_group_table=lambda pg: {"state": self.table_state},
+                        remove_placement_group=self.removed.append, nodes=lambda: list(self.nodes))
+
+    def leaked(self) -> list[FakePg]:
+        return [pg for pg in self.created if pg not in self.removed]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class World:
+    """One reservation of 2 x 8 GPUs on cluster ``c`` (backend none), reserved on the fake Kubernetes."""
+
+    def __init__(self, start_watchdog: bool = False, timeout_s: float = TIMEOUT_S) -> None:
+        self.kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
+        self.ray = FakeRay()
+        self.clock = Clock()
+        self.said: list[str] = []
+        rsv = reserve(self.kube, gang(gpus(8, 2), backend="none", timeout_s=timeout_s), time.time())
+        self.group = rsv.plan.reservation_group
+        self.pg = GangPlacementGroup(rsv, self.said.append, ray_calls=self.ray.calls(), clock=self.clock,
+                                     start_watchdog=start_watchdog)
+
+    @property
+    def configmap(self) -> dict | None:
+        return self.kube.objects.get(("ConfigMap", self.pg.plan.gang_name))
+
+    def annotation(self, key: str) -> str | None:
+        return ((self.configmap or {}).get("metadata", {}).get("annotations") or {}).get(key)
+
+    def pods_running(self) -> None:
+        self.kube.extra_pods = [K8sPodView(name=f"{self.group}-{i}", namespace="default", node_name=f"k{i}",
+                                           phase="Running", labels={LABEL_RESERVATION: self.group},
+                                           ray_cluster="c", ray_group=self.group, ray_node_type="worker")
+                                for i in range(2)]
+
+    def nodes_joined(self) -> None:
+        self.ray.nodes = [{"Alive": True, "Labels": {LABEL_RESERVATION: self.group}} for _ in range(2)]
+
+    def bound(self) -> None:
+        self.pods_running()
+        self.pg._step()
+        assert self.pg.state == S.BOUND and self.annotation(ANNOTATION_RESERVATION_STATE) == "bound"
+
+    def released(self) -> bool:
+        return self.configmap is None and self.group not in {g["groupName"] for g in
+                                                             self.kube.raw["spec"]["workerGroupSpecs"]}
+
+
+def is_state(value: str):
+    return lambda api_version, kind, name, ns, body: (body.get("metadata", {}).get("annotations") or {}).get(
+        ANNOTATION_RESERVATION_STATE) == value
+
+
+def writes(key: str):
+    return lambda api_version, kind, name, ns, body: key in (body.get("metadata", {}).get("annotations") or {})
+
+
+def call_bounded(fn, timeout_s: float = 5.0):
+    """``fn()`` in a thread: its result, or AssertionError if it is still blocked after ``timeout_s``."""
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_outcome(fn)), daemon=True)
+    t.start()
+    t.join(timeout_s)
+    assert out, f"still blocked after {timeout_s} s"
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except BaseException as e:  # noqa: BLE001 - handed back to the test
+        return e
+
+
+# ------------------------------------------------------------------ the happy path
+def test_the_watchdog_walks_reserved_to_ready_and_remove_releases_everything():
+    w = World()
+    w.pg._step()
+    assert w.pg.state == S.RESERVED and w.annotation(ANNOTATION_HEARTBEAT)
+    w.bound()
+    w.nodes_joined()
+    w.pg._step()
+    w.pg._step()
+    assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready"
+    assert w.annotation(ANNOTATION_PLACEMENT_GROUP) == w.ray.created[0].id.hex()
+    assert w.pg.wait(0) is True and w.pg.ready() == w.ray.created[0].ready()
+    w.pg.remove()
+    assert w.ray.leaked() == [] and w.released() and w.pg.state == S.RELEASED
+
+
+# ------------------------------------------- issue 14 item 2: belief and ConfigMap never diverge
+@pytest.mark.parametrize("what, failing_write", [
+    ("transition-admitted", is_state("admitted")),
+    ("transition-bound", is_state("bound")),
+    ("transition-ready", is_state("ready")),
+    ("record-pg-id", writes(ANNOTATION_PLACEMENT_GROUP)),
+    ("heartbeat", writes(ANNOTATION_HEARTBEAT)),
+])
+def test_a_lifecycle_write_that_fails_once_lands_on_the_next_step_and_the_driver_never_believes_more(
+        what, failing_write):
+    w = World()
+    w.pods_running()
+    w.nodes_joined()
+    w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]["metadata"]["annotations"][ANNOTATION_HEARTBEAT] = "0"
+    w.kube.fail("merge_patch", UNAVAILABLE, when=failing_write)
+    w.pg._step()  # everything would happen in this one step, but one write gets a 503
+    assert w.pg.state.value == w.annotation(ANNOTATION_RESERVATION_STATE), "the driver believes what the ConfigMap says"
+    if what != "heartbeat":
+        assert w.pg.state != S.READY
+        assert w.annotation(ANNOTATION_HEARTBEAT) != "0", "one failed write does not skip the heartbeat"
+    w.clock.now_s += api.WATCH_EVERY_S
+    w.pg._step()
+    w.pg._step()
+    assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready"
+    assert w.annotation(ANNOTATION_PLACEMENT_GROUP) == w.ray.created[0].id.hex() and len(w.ray.created) == 1
+    assert w.annotation(ANNOTATION_HEARTBEAT) != "0"
+
+
+def test_a_failed_ready_write_is_retried_until_it_lands_and_wait_only_then_says_ready():
+    w = World()
+    w.bound()
+    w.nodes_joined()
+    w.kube.fail("merge_patch", UNAVAILABLE, times=3, when=is_state("ready"))
+    for _ in range(3):
+        w.pg._step()
+        assert w.pg.state == S.BOUND and w.annotation(ANNOTATION_RESERVATION_STATE) == "bound"
+        assert w.pg.wait(0) is False
+    w.pg._step()
+    assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready" and w.pg.wait(0)
+
+
+# ---------------------------------------- issue 14 item 3: ready() and wait() end by the deadline
+def test_ready_returns_once_the_pg_exists_though_recording_its_id_failed_and_the_id_is_recorded_next():
+    w = World()
+    w.bound()
+    w.nodes_joined()
+    w.kube.fail("merge_patch", UNAVAILABLE, when=writes(ANNOTATION_PLACEMENT_GROUP))
+    w.pg._step()
+    assert call_bounded(w.pg.ready, 2.0) == w.ray.created[0].ready()
+    assert w.annotation(ANNOTATION_PLACEMENT_GROUP) is None
+    w.pg._step()
+    assert w.annotation(ANNOTATION_PLACEMENT_GROUP) == w.ray.created[0].id.hex()
+    w.pg._step()
+    assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready"
+
+
+@pytest.mark.parametrize("failing", [
+    pytest.param(("ray_pods", 4, lambda *a: True), id="observe-fails"),  # 3 steps, then the one at the deadline
+    pytest.param(("merge_patch", 10**6, writes(ANNOTATION_PLACEMENT_GROUP)), id="record-pg-id-fails"),
+])
+def test_the_watchdog_rolls_back_at_the_deadline_whatever_keeps_failing(failing):
+    w = World()
+    w.pods_running()
+    w.nodes_joined()
+    method, times, when = failing
+    w.kube.fail(method, UNAVAILABLE, times=times, when=when)
+    for _ in range(3):
+        w.pg._step()
+    assert w.pg.state != S.READY
+    w.clock.now_s += TIMEOUT_S + 1
+    assert w.pg._step() == "done"
+    assert w.released() and w.pg.state == S.ROLLED_BACK and w.ray.leaked() == []
+    assert w.pg.wait(0) is False
+    with pytest.raises(PermanentError, match="rolled back"):
+        call_bounded(w.pg.ready, 2.0)
+
+
+def test_ready_and_wait_give_up_past_the_deadline_even_when_the_watchdog_is_stuck():
+    w = World()  # no watchdog steps at all: as if it hung in a request
+    w.clock.now_s += TIMEOUT_S + api.WATCHDOG_JOIN_S + 1
+    assert call_bounded(lambda: w.pg.wait(), 2.0) is False
+    with pytest.raises(PermanentError, match="not ready within timeout_s"):
+        call_bounded(w.pg.ready, 2.0)
+
+
+# -------------------------------- issue 14 item 13: no PG leaked, a failed release stays retryable
+@pytest.mark.parametrize("how", ["remove", "interrupt"])
+def test_a_release_while_the_watchdog_creates_the_ray_pg_leaves_no_pg(how, monkeypatch):
+    monkeypatch.setattr(api, "WATCHDOG_JOIN_S", 0.2)
+    w = World(start_watchdog=True)
+    handoffs: list[str] = []
+    w.pg._hand_off = handoffs.append
+    entered, proceed = threading.Event(), threading.Event()
+    w.ray.on_create = lambda: (entered.set(), proceed.wait(10))
+    w.pods_running()
+    w.nodes_joined()
+    assert entered.wait(10), "the watchdog started creating the Ray PG"
+    releaser = threading.Thread(target=w.pg.remove if how == "remove" else lambda: w.pg.interrupt(budget_s=0.5))
+    releaser.start()
+    releaser.join(1.0)  # the release gives up waiting for the creation (a Ray call that hangs) ...
+    proceed.set()  # ... and only then does Ray return the PG
+    releaser.join(10)
+    w.pg._thread.join(10)
+    assert not releaser.is_alive() and not w.pg._thread.is_alive()
+    assert len(w.ray.created) == 1 and w.ray.leaked() == [], "the PG created under the release is removed"
+    assert w.annotation(ANNOTATION_PLACEMENT_GROUP) is None
+
+
+def test_a_release_that_fails_leaves_the_handle_retryable_and_does_not_claim_released():
+    w = World()
+    w.bound()
+    w.nodes_joined()
+    w.pg._step()
+    assert w.pg.state == S.READY
+    w.kube.fail("patch_raycluster", UNAVAILABLE)
+    with pytest.raises(TransientError):
+        w.pg.remove()
+    assert w.pg.state != S.RELEASED and not w.released()
+    assert w.annotation(ANNOTATION_RESERVATION_STATE) == "ready"
+    w.pg.remove()  # tries again
+    assert w.released() and w.pg.state == S.RELEASED and w.ray.leaked() == []
+    w.pg.remove()  # and then is a no-op
+    assert w.kube.calls[-1][0] != "patch_raycluster"
+
+
+def test_a_rollback_that_fails_is_finished_by_the_next_remove():
+    w = World()
+    w.bound()
+    w.clock.now_s += TIMEOUT_S + 1
+    w.kube.fail("patch_raycluster", UNAVAILABLE)
+    assert w.pg._step() == "done"  # the rollback failed: the watchdog says so and ends
+    assert w.annotation(ANNOTATION_RESERVATION_STATE) == "failed" and not w.released()
+    assert any("rollback" in m or "rolled back" in m or "failed" in m for m in w.said)
+    w.pg.remove()
+    assert w.released() and w.pg.state == S.ROLLED_BACK
+
+
+def test_release_with_a_failure_after_a_drained_release_still_removes_the_group_and_state():
+    w = World()
+    w.bound()
+    w.kube.kuberay = False  # the pods outlive the drain wait
+    rsv = w.pg.reservation
+    assert rsv.release(drain_timeout_s=0) == "draining" and rsv.state == S.RELEASED
+    w.kube.extra_pods = []
+    rsv.release(failed="driver exited")
+    assert w.released()
