@@ -40,6 +40,7 @@ class FakeKube:
         self.events: list[Event] = []
         self.deleted: list[tuple[str, str]] = []
         self.configmaps: set[str] = set()
+        self.configmap_uids: dict[str, str] = {}  # name -> uid, checked by a delete with a uid precondition
         self.extra_pods: list[K8sPodView] = []
 
     def with_reason(self, reason: str) -> list[Event]:
@@ -79,7 +80,9 @@ class FakeKube:
         assert involved["kind"] == "RayCluster" and involved["uid"]
         self.events.append(Event(involved["kind"], involved["name"], reason, type_, message))
 
-    def delete(self, api_version, kind, name, namespace=None):
+    def delete(self, api_version, kind, name, namespace=None, *, uid=None):
+        if uid is not None and name in self.configmap_uids and self.configmap_uids[name] != uid:
+            raise ConflictError(f"delete {kind} {name}: precondition failed: uid {uid}")
         self.deleted.append((kind, name))
         if name in self.configmaps:
             self.configmaps.discard(name)
