@@ -13,13 +13,14 @@ One cycle, in order:
    (reservations to release), then ``plan_reclaim`` (workers to remove; every
    reservation with a state ConfigMap is left to the garbage collector).
 5. Report: one log line per decision that changed, metrics; in ``dry-run``
-   one ``ScaleDownDryRun`` Event per distinct plan, and stop.
+   one ``ScaleDownDryRun`` Event per distinct plan, then only step 7, and stop.
 6. Apply (mode ``on``): one JSON patch on the RayCluster, first op a test of
    the resourceVersion the plan was made from. A conflict drops the plan and
    asks for an immediate new cycle from a new snapshot; it never overwrites.
    On success the written RayCluster is assumed into the cache and a
    ``ScaledDown`` Event per group lists the pods and why.
-7. Garbage collection (mode ``on``): release each reservation of ``plan_gc``
+7. Garbage collection (every mode but ``off``: releasing a dead driver's
+   reservation is the safe action): release each reservation of ``plan_gc``
    with the gang module's release code, one step per cycle and never waiting:
    scale its group to zero, and once its pods are gone (a later cycle, as
    ``plan_gc`` still says release while the state ConfigMap exists) remove the
@@ -190,8 +191,9 @@ class Reclaimer:
         # 5. Report: decisions that changed, metrics. A dry run stops here.
         self._report(plan.reclaim, plan.gc, view, state.ray, mode, now_s)
         report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan.reclaim, gc=plan.gc)
-        if mode is ReclaimMode.DRY_RUN:
-            return self._dry_run(report, cluster)
+        if mode is ReclaimMode.DRY_RUN:  # no scale-down; a dead driver's reservation is still released
+            self._collect_garbage(report, cluster)
+            return _concluded(self._dry_run(report, cluster))
         # 6. Apply the scale-down: one tested patch. A conflict or failure drops the plan, GC included.
         if plan.reclaim.to_delete and not self._scale_down(report, cluster, before_apply):
             return report

@@ -310,12 +310,23 @@ def test_liveness_is_measured_on_the_sidecars_clock():
     assert rep.released == ("rc-rg-train",) and rep.gc.decisions[0].reason.value == "HeartbeatLost"
 
 
-def test_dry_run_releases_nothing():
-    kube = fake_kube(RECORDED)
+def test_dry_run_releases_a_dead_drivers_reservation_and_scales_nothing_down():
+    """Issue 14 item 8: releasing a dead driver's reservation is the safe action, in every mode but off."""
+    kube = fake_kube(with_reservation_group("rg-x", replicas=1))
     kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "dry-run"
     kube.configmaps = {"rc-rg-x"}
-    stale = state_cm("rc-rg-x", "rg-x", state="released")
-    r = reclaimer(kube, FakeCache(kube, [stale]))
+    dead = state_cm("rc-rg-x", "rg-x", state="reserved", pg="gone", heartbeat_at_s=NOW_S)
+    r = reclaimer(kube, FakeCache(kube, [dead]))
     rep = r.cycle()
-    assert rep.outcome is CycleOutcome.DRY_RUN and [d.reservation for d in rep.gc.to_release] == ["rc-rg-x"]
-    assert kube.deleted == [] and kube.patches == []
+    assert rep.released == ("rc-rg-x",) and kube.configmaps == set()
+    assert list(groups(kube)) == ["gpu", "small"]  # the reservation group removed ...
+    assert groups(kube)["gpu"] == RECORDED["spec"]["workerGroupSpecs"][0]  # ... the idle workers not
+    assert rep.plan.deleted_pods and len(kube.with_reason("ScaleDownDryRun")) == 1
+
+
+def test_off_releases_nothing():
+    kube = fake_kube(with_reservation_group("rg-x", replicas=1))
+    kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "off"
+    kube.configmaps = {"rc-rg-x"}
+    r = reclaimer(kube, FakeCache(kube, [state_cm("rc-rg-x", "rg-x", state="released")]))
+    assert r.cycle().outcome is CycleOutcome.OFF and kube.deleted == [] and kube.patches == []
