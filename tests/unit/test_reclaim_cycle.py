@@ -330,3 +330,22 @@ def test_off_releases_nothing():
     kube.configmaps = {"rc-rg-x"}
     r = reclaimer(kube, FakeCache(kube, [state_cm("rc-rg-x", "rg-x", state="released")]))
     assert r.cycle().outcome is CycleOutcome.OFF and kube.deleted == [] and kube.patches == []
+
+
+def test_apply_release_writes_only_what_is_proven_at_write_time():
+    """The group proof is re-checked on the RayCluster the patch is tested against; a ConfigMap is deleted only
+    with the uid read; a decision without a proven ConfigMap is refused with a clear error."""
+    from raygpu.model.gc import GcAction, GcDecision, GcReason
+    from raygpu.reclaim.apply import ReleaseStatus, apply_release
+    kube = fake_kube(with_reservation_group("rg-a100", replicas=1, labelled=False))
+    kube.configmaps, kube.configmap_uids = {"rc-rg-a100"}, {"rc-rg-a100": "uid-new"}
+    stale = GcDecision(reservation="rc-rg-a100", group="rg-a100", action=GcAction.RELEASE, reason=GcReason.TERMINAL,
+                       group_owned=True, state_uid="uid-old")  # proofs that no longer hold
+    assert apply_release(kube, NS, "rc", stale).status is ReleaseStatus.ALREADY_RELEASED
+    lost = stale.model_copy(update={"action": GcAction.SCALE_TO_ZERO, "state_uid": ""})
+    assert apply_release(kube, NS, "rc", lost).status is ReleaseStatus.ALREADY_RELEASED
+    unproven = stale.model_copy(update={"state_uid": ""})
+    refused = apply_release(kube, NS, "rc", unproven)
+    assert refused.status is ReleaseStatus.FAILED and "no proven state ConfigMap" in refused.error
+    assert kube.patches == [] and kube.deleted == [] and kube.configmaps == {"rc-rg-a100"}
+    assert groups(kube)["rg-a100"]["replicas"] == 1
