@@ -127,13 +127,14 @@ class GcAction(str, Enum):
 
 
 class GcReason(str, Enum):
-    """Why a reservation is released (all but LIVE) or kept (LIVE). Checked in the order listed."""
+    """Why a reservation is released or kept. LIVE and UNPROVEN only keep; STATE_LOST keeps a group already at
+    zero replicas. The release reasons are checked in the order listed."""
 
     TERMINAL = "Terminal"  # state released / rolled_back: only leftovers remain
     FAILED = "Failed"  # state failed: the rollback never finished (its driver died during it)
     PLACEMENT_GROUP_GONE = "PlacementGroupGone"  # its recorded Ray PG is REMOVED or absent from Ray
     OWNER_JOB_DEAD = "OwnerJobDead"  # Ray's job table says its driver's job is dead
-    HEARTBEAT_LOST = "HeartbeatLost"  # no heartbeat for longer than the timeout (driver killed)
+    HEARTBEAT_LOST = "HeartbeatLost"  # heartbeat unchanged, on the sidecar's clock, for longer than the timeout
     DEADLINE_MISSED = "DeadlineMissed"  # not ready long after its deadline (the watchdog never rolled back)
     STATE_LOST = "StateLost"  # a proven reservation group whose proven state ConfigMap went: scaled to zero only
     LIVE = "Live"  # kept: alive, or waiting before it may be judged (StateLost is kept too once at zero)
