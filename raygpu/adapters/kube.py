@@ -143,11 +143,18 @@ class KubeAdapter:
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"patch {kind} {namespace}/{name}") from e
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
-        """Delete (foreground-free, background propagation). False if it was already gone."""
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
+               uid: str | None = None) -> bool:
+        """Delete (foreground-free, background propagation). False if it was already gone.
+
+        With ``uid``, only the object of that uid: a same-named other object raises
+        ConflictError (the API server's precondition check, 409) and stays.
+        """
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._res(api_version, kind).delete(name=name, namespace=namespace,
-                                                body={"propagationPolicy": "Background"}, **_T)
+            self._res(api_version, kind).delete(name=name, namespace=namespace, body=body, **_T)
             return True
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"delete {kind} {namespace}/{name}")

@@ -26,6 +26,7 @@ from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
 from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.gang import GangPlan, GangRequest, ReservationState, check_transition
+from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
                                  ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_RESERVATION_STATE,
                                  LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
@@ -158,7 +159,8 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
     ``"removed"``; ``"absent"`` when the group (or the cluster) was already
     gone; ``"draining"`` when pods are still there at the deadline: the group
     stays, at zero replicas, so that no pod is left without an owner group,
-    and calling again later finishes the job.
+    and calling again later finishes the job. A group whose pod template lacks
+    ``raygpu.io/reservation=<group>`` is not raygpu's: never written, ``"absent"``.
     """
     def patch(build) -> bool:
         for _ in range(MAX_REPLANS):
@@ -170,6 +172,8 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
                 idx = view.group_index(group)
             except KeyError:
                 return False
+            if not is_reservation_group(view.worker_groups[idx]):
+                return False  # not raygpu's: its pod template lacks raygpu.io/reservation=<group>; never touched
             ops = build(idx, view)
             if not ops:
                 return True

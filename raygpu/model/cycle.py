@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from raygpu.model.base import Frozen
-from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcPlan, ReservationRecord
+from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcPlan, OrphanGroup, ReservationRecord, SeenAt
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import K8sPodView, RayView
@@ -23,8 +23,10 @@ class CycleState(Frozen):
     """What one cycle observed of one RayCluster at ``now_s``.
 
     ``jobs`` maps Ray job id (hex) -> alive, None when the job table could not be
-    read. ``orphan_groups`` maps a reservation group (``rg-*``) that has no state
-    ConfigMap -> (the ConfigMap's expected name, when the sidecar first saw it so).
+    read. ``seen`` maps a state ConfigMap's name -> when the sidecar saw it and
+    its heartbeat change; ``orphan_groups`` maps a worker group without a proven
+    state ConfigMap -> when the sidecar first saw it so and whether it saw its
+    state before. Both are measured on the sidecar's clock, like ``now_s``.
     """
 
     now_s: float
@@ -35,7 +37,8 @@ class CycleState(Frozen):
     jobs: dict[str, bool] | None = None
     policy: ReclaimPolicy
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
-    orphan_groups: dict[str, tuple[str, float]] = Field(default_factory=dict)
+    seen: dict[str, SeenAt] = Field(default_factory=dict)
+    orphan_groups: dict[str, OrphanGroup] = Field(default_factory=dict)
 
 
 class CyclePlan(Frozen):

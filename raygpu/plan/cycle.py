@@ -1,7 +1,7 @@
 """The sidecar's one decision per cycle: ``plan_cycle(CycleState) -> CyclePlan``.
 
 Pure: no I/O, no clock (``state.now_s``). The garbage collector plans first;
-the reclaimer then treats every reservation with a state ConfigMap as live
+the reclaimer then treats every group the collector judged as live
 (``ReclaimPolicy.live_reservations``), so reservations are released by the
 collector and never scaled down from under it.
 """
@@ -16,8 +16,8 @@ from raygpu.plan.reclaim import plan_reclaim
 
 def plan_cycle(state: CycleState) -> CyclePlan:
     """Plan garbage collection (``plan_gc``), then the scale-down (``plan_reclaim``), from one state."""
-    gc = plan_gc(state.reservations, state.ray, state.now_s, jobs=state.jobs,
-                 heartbeat_timeout_s=state.heartbeat_timeout_s, orphan_groups=state.orphan_groups)
+    gc = plan_gc(state.reservations, state.ray, state.now_s, cluster=state.cluster, jobs=state.jobs,
+                 heartbeat_timeout_s=state.heartbeat_timeout_s, seen=state.seen, orphan_groups=state.orphan_groups)
     policy = state.policy.model_copy(update={"live_reservations": gc.reservation_groups})
     cluster = state.cluster
     snapshot = Snapshot(taken_at_s=state.now_s, cluster=cluster.name, namespace=cluster.namespace, ray=state.ray,

@@ -1,7 +1,16 @@
 """Which gang reservations to release because nobody will ever release them.
 
 ``plan_gc`` is pure: no clock (``now_s`` is an argument), no I/O, no state
-between calls. A reservation is released, first rule that applies:
+between calls; what the sidecar saw when (``seen``, ``orphan_groups``) is an
+input, measured by the caller on the same clock as ``now_s``.
+
+Proof first. A state ConfigMap that is not provably raygpu's
+(``ReservationRecord.owned_by``: labels and an ownerReference to this
+RayCluster's uid) is kept as ``Unproven`` and never touched; the group of a
+proven one is written only when it is provably raygpu's too
+(``is_reservation_group``: pod template label ``raygpu.io/reservation`` =
+its own name), otherwise only the ConfigMap goes. A proven reservation is
+released, first rule that applies:
 
 1. its state is terminal (``released``/``rolled_back``): only leftovers remain;
 2. its state is ``failed``: the rollback never finished;
@@ -9,20 +18,24 @@ between calls. A reservation is released, first rule that applies:
    (only when Ray's view is reachable);
 4. Ray's job table says the job that owns it is dead (only when the caller
    could read the job table: ``jobs`` is not None);
-5. no heartbeat for more than ``heartbeat_timeout_s`` (the driver was killed;
-   a reservation that never beat counts from its creation);
-6. it is still not ``ready`` ``heartbeat_timeout_s`` after its deadline (the
-   driver's watchdog should have rolled it back by then).
+5. its heartbeat annotation has not changed for more than ``heartbeat_timeout_s``
+   as the *sidecar* saw it (``SeenAt.heartbeat_s``): the driver's clock is never
+   compared with the sidecar's, and a restarted sidecar waits the full timeout;
+6. it is still not ``ready`` ``heartbeat_timeout_s`` after its deadline, the
+   deadline carried onto the sidecar's clock skew-free: the driver wrote the
+   time left (``deadline_at - heartbeat_at``, both its clock) when it wrote the
+   heartbeat the sidecar saw at ``SeenAt.heartbeat_s``.
 
-Besides the state objects, ``orphan_groups`` names reservation worker groups
-(``rg-*``) of the RayCluster that have no state object, with when the caller
-first saw them so: one orphaned for more than ``heartbeat_timeout_s`` is
-released too (``StateLost``). The wait covers a watch cache that shows a new
-group before its ConfigMap (the driver creates the ConfigMap first).
+Groups without a proven state ConfigMap (``orphan_groups``) are kept as
+``Unproven`` unless they are provably raygpu's *and* this sidecar saw their
+proven state ConfigMap before it went (a lost state cannot be told from one
+never made otherwise); such a group, orphaned for more than
+``heartbeat_timeout_s``, is scaled to zero (``StateLost``), never removed:
+zero replicas frees the GPUs, and the spec stays for a human to judge.
 
-Everything else is live. The caller must read the reservations *before* Ray's
-view: a PG id recorded on a ConfigMap is then always older than the PG table it
-is checked against, so a PG created a moment ago is never taken for gone.
+The caller must read the reservations *before* Ray's view: a PG id recorded on
+a ConfigMap is then always older than the PG table it is checked against, so a
+PG created a moment ago is never taken for gone.
 """
 
 from __future__ import annotations
@@ -30,51 +43,89 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from raygpu.model.gang import ReservationState
-from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcDecision, GcPlan, GcReason, ReservationRecord
+from raygpu.model.gc import (DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcDecision, GcPlan, GcReason, OrphanGroup,
+                             ReservationRecord, SeenAt, is_reservation_group)
+from raygpu.model.labels import LABEL_RESERVATION
+from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import PgState, RayView
 
 _TERMINAL = {ReservationState.RELEASED.value, ReservationState.ROLLED_BACK.value}
 
 
 def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s: float, *,
-            jobs: Mapping[str, bool] | None = None,
+            cluster: RayClusterView, jobs: Mapping[str, bool] | None = None,
             heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
-            orphan_groups: Mapping[str, tuple[str, float]] | None = None) -> GcPlan:
-    """Decide, for each reservation, keep or release (with the first reason that applies).
+            seen: Mapping[str, SeenAt] | None = None,
+            orphan_groups: Mapping[str, OrphanGroup] | None = None) -> GcPlan:
+    """Decide, for each reservation of ``cluster``, keep or release (with the first reason that applies).
 
     ``jobs`` maps Ray job id (hex) -> alive; None when the job table could not be
-    read (rule 4 is skipped). ``orphan_groups`` maps a reservation group without
-    a state object -> (the state object's expected name, first seen orphaned at).
-    Never raises on odd input: an unknown state or a missing annotation only
-    skips the rules that need it.
+    read (rule 4 is skipped). ``seen`` maps a state ConfigMap's name -> when the
+    sidecar saw it (a name missing counts as first seen at ``now_s``: never
+    released on heartbeat or deadline). ``orphan_groups`` maps a worker group
+    without a state ConfigMap -> how the sidecar saw it. Never raises on odd
+    input: an unknown state or a missing annotation only skips the rules that
+    need it.
     """
-    reservations = list(reservations)
     pgs = {pg.pg_id: pg for pg in ray_view.placement_groups}
-    decisions = []
+    seen = seen or {}
+    decisions, proven_groups = [], set()
     for r in reservations:
-        reason, detail = _verdict(r, ray_view, pgs, jobs, now_s, heartbeat_timeout_s)
-        action = GcAction.KEEP if reason is GcReason.LIVE else GcAction.RELEASE
-        decisions.append(GcDecision(reservation=r.name, group=r.group, action=action, reason=reason, detail=detail))
-    known = {r.group for r in reservations}
-    for group, (name, since_s) in (orphan_groups or {}).items():
-        if group in known:
+        owned_group = cluster.group(r.group)
+        group_owned = owned_group is not None and is_reservation_group(owned_group)
+        missing = r.missing_proof(cluster.name, cluster.uid)
+        if missing:
+            decisions.append(GcDecision(reservation=r.name, group=r.group, action=GcAction.KEEP,
+                                        reason=GcReason.UNPROVEN, detail=f"not provably raygpu's ({missing}): "
+                                        "never touched"))
             continue
-        lost_s = now_s - since_s
-        if lost_s > heartbeat_timeout_s:
-            decisions.append(GcDecision(reservation=name, group=group, action=GcAction.RELEASE,
-                                        reason=GcReason.STATE_LOST, detail=f"worker group {group} has had no state "
-                                        f"object ({name}) for {lost_s:.0f}s > {heartbeat_timeout_s:.0f}s"))
-        else:
-            decisions.append(GcDecision(reservation=name, group=group, action=GcAction.KEEP, reason=GcReason.LIVE,
-                                        detail=f"no state object {name} for {lost_s:.0f}s: waiting "
-                                        f"{heartbeat_timeout_s:.0f}s before taking it for lost"))
-    decisions.sort(key=lambda d: d.reservation)
+        proven_groups.add(r.group)
+        at = seen.get(r.name) or SeenAt(first_s=now_s, heartbeat_s=now_s)
+        reason, detail = _verdict(r, at, ray_view, pgs, jobs, now_s, heartbeat_timeout_s)
+        if reason is not GcReason.LIVE and not group_owned:
+            detail += (f"; worker group {r.group} is left alone (absent, or its pod template lacks "
+                       f"{LABEL_RESERVATION}={r.group})")
+        action = GcAction.KEEP if reason is GcReason.LIVE else GcAction.RELEASE
+        decisions.append(GcDecision(reservation=r.name, group=r.group, action=action, reason=reason, detail=detail,
+                                    group_owned=group_owned, state_uid=r.uid))
+    for group, orphan in sorted((orphan_groups or {}).items()):
+        if group not in proven_groups:
+            decisions.append(_orphan(group, orphan, cluster, now_s, heartbeat_timeout_s))
+    decisions.sort(key=lambda d: (d.reservation, d.group))
     return GcPlan(planned_at_s=now_s, decisions=tuple(decisions),
-                  to_release=tuple(d for d in decisions if d.action is GcAction.RELEASE),
-                  reservation_groups=frozenset(d.group for d in decisions))
+                  to_release=tuple(d for d in decisions if d.action is not GcAction.KEEP),
+                  reservation_groups=frozenset(d.group for d in decisions if d.group))
 
 
-def _verdict(r: ReservationRecord, ray_view: RayView, pgs: dict, jobs: Mapping[str, bool] | None,
+def _orphan(group: str, orphan: OrphanGroup, cluster: RayClusterView, now_s: float,
+            timeout_s: float) -> GcDecision:
+    """The verdict on a worker group without a proven state ConfigMap: scale to zero only with both proofs."""
+    spec = cluster.group(group)
+    owned = spec is not None and is_reservation_group(spec)
+
+    def keep(reason: GcReason, detail: str) -> GcDecision:
+        return GcDecision(reservation=group, group=group, action=GcAction.KEEP, reason=reason, detail=detail,
+                          group_owned=owned)
+    if not owned:
+        return keep(GcReason.UNPROVEN, f"worker group {group} has no state object and its pod template lacks "
+                    f"{LABEL_RESERVATION}={group}: not raygpu's, never touched")
+    if not orphan.state_seen:
+        return keep(GcReason.UNPROVEN, f"worker group {group} carries raygpu's label but this sidecar never saw "
+                    "its state object: a lost state cannot be told from one not yet made; left to a human")
+    lost_s = now_s - orphan.since_s
+    assert spec is not None
+    if spec.replicas == 0 and spec.min_replicas == 0:
+        return keep(GcReason.STATE_LOST, f"the state object of worker group {group} is gone; the group is at zero "
+                    "replicas: nothing more to do (it is never removed)")
+    if lost_s <= timeout_s:
+        return keep(GcReason.LIVE, f"state object of {group} gone for {lost_s:.0f}s: waiting {timeout_s:.0f}s "
+                    "before taking it for lost")
+    return GcDecision(reservation=group, group=group, action=GcAction.SCALE_TO_ZERO, reason=GcReason.STATE_LOST,
+                      group_owned=True, detail=f"the state object of worker group {group} has been gone for "
+                      f"{lost_s:.0f}s > {timeout_s:.0f}s: scaling it to zero (never removed)")
+
+
+def _verdict(r: ReservationRecord, at: SeenAt, ray_view: RayView, pgs: dict, jobs: Mapping[str, bool] | None,
              now_s: float, timeout_s: float) -> tuple[GcReason, str]:
     state = (r.state or "").strip().lower()
     if state in _TERMINAL:
@@ -89,12 +140,14 @@ def _verdict(r: ReservationRecord, ray_view: RayView, pgs: dict, jobs: Mapping[s
             return GcReason.PLACEMENT_GROUP_GONE, f"placement group {r.placement_group_id} is REMOVED"
     if jobs is not None and r.owner_job and jobs.get(r.owner_job) is False:
         return GcReason.OWNER_JOB_DEAD, f"owner job {r.owner_job} is dead"
-    beat_s = r.heartbeat_at_s if r.heartbeat_at_s is not None else r.created_at_s
-    if now_s - beat_s > timeout_s:
-        what = "heartbeat" if r.heartbeat_at_s is not None else "heartbeat (none since creation)"
-        return GcReason.HEARTBEAT_LOST, f"last {what} {now_s - beat_s:.0f}s ago > {timeout_s:.0f}s"
-    if (r.deadline_at_s is not None and state != ReservationState.READY.value
-            and now_s > r.deadline_at_s + timeout_s):
-        return GcReason.DEADLINE_MISSED, (f"state {state or 'unknown'} {now_s - r.deadline_at_s:.0f}s after its "
-                                          "deadline; the driver's watchdog never rolled it back")
-    return GcReason.LIVE, f"state {state or 'unknown'}, last heartbeat {now_s - beat_s:.0f}s ago"
+    quiet_s = now_s - at.heartbeat_s
+    if quiet_s > timeout_s:
+        what = "heartbeat" if r.heartbeat_at_s is not None else "no heartbeat annotation"
+        return GcReason.HEARTBEAT_LOST, (f"{what} unchanged for {quiet_s:.0f}s > {timeout_s:.0f}s "
+                                         "(measured on the sidecar's clock)")
+    if r.deadline_at_s is not None and r.heartbeat_at_s is not None and state != ReservationState.READY.value:
+        deadline_s = at.heartbeat_s + (r.deadline_at_s - r.heartbeat_at_s)  # on the sidecar's clock
+        if now_s > deadline_s + timeout_s:
+            return GcReason.DEADLINE_MISSED, (f"state {state or 'unknown'} {now_s - deadline_s:.0f}s after its "
+                                              "deadline; the driver's watchdog never rolled it back")
+    return GcReason.LIVE, f"state {state or 'unknown'}, heartbeat unchanged for {quiet_s:.0f}s"

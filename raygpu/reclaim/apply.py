@@ -4,6 +4,9 @@
 ``release_reservation`` do the writes through ``KubeAdapter`` and reuse the gang
 module's release code; ``apply_release`` is the garbage collector's step for
 one reservation, its outcome a value (``ReleaseResult``), never an exception.
+The collector writes only what its plan proved raygpu created (``GcDecision``'s
+``group_owned`` and ``state_uid``), and re-checks the group's proof on the
+RayCluster each patch is tested against.
 
 Why applying twice deletes nothing twice: the patch starts with a ``test`` on
 the resourceVersion the plan was made from, so a stale plan never lands; and a
@@ -18,9 +21,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.errors import ConflictError, RayGpuError
-from raygpu.gang.reservation import GROUP_DRAINING, GROUP_REMOVED, finish_release
-from raygpu.model.gc import GcDecision
+from raygpu.errors import ConflictError, PermanentError, RayGpuError
+from raygpu.gang.reservation import GROUP_ABSENT, GROUP_DRAINING, GROUP_REMOVED, remove_reservation_group
+from raygpu.model.gc import GcAction, GcDecision, is_reservation_group
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPlan
 from raygpu.plan.patch import guard_group_name, raycluster_patch, set_replicas, set_workers_to_delete
@@ -72,22 +75,9 @@ def apply_reclaim(kube: KubeAdapter, plan: ReclaimPlan) -> ApplyResult:
     return ApplyResult(ApplyStatus.APPLIED, cluster=written)
 
 
-def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> tuple[str, bool]:
-    """One step of releasing a reservation, never blocking on pods. Idempotent.
-
-    Scales its worker group to zero (KubeRay deletes the pods); once no pod is
-    left, removes the group and deletes the state ConfigMap. The backend's gang
-    objects (PodGroups) are owned by the ConfigMap, so the Kubernetes garbage
-    collector deletes them. Returns (group outcome: ``"removed"``, ``"absent"``
-    or ``"draining"``, ConfigMap deleted); while draining, the ConfigMap stays
-    so the next cycle's plan releases it again and finishes. Raises RayGpuError
-    on failure.
-    """
-    return finish_release(kube, namespace, cluster, decision.reservation, decision.group, drain_timeout_s=0)
-
-
 class ReleaseStatus(str, Enum):
     RELEASED = "released"  # this step removed the worker group or deleted the state ConfigMap
+    SCALED_TO_ZERO = "scaled-to-zero"  # StateLost: this step scaled the (proven) group to zero; it stays
     ALREADY_RELEASED = "already-released"  # nothing left to do: an earlier cycle (or the driver) did it
     DRAINING = "draining"  # the group is at zero replicas, its pods still going: a later cycle finishes
     FAILED = "failed"  # the error says why; the next cycle re-plans
@@ -102,9 +92,70 @@ class ReleaseResult:
     error: str | None = None
 
 
-def apply_release(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> ReleaseResult:
-    """One ``release_reservation`` step for ``decision``; errors come back as values, never raised."""
+def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> tuple[str, bool]:
+    """One step of releasing a reservation (action ``release``), never blocking on pods. Idempotent.
+
+    Writes only what ``decision`` proved raygpu's. The group (``group_owned``):
+    the gang module's ``remove_reservation_group`` scales it to zero (KubeRay
+    deletes the pods) and, once no pod is left, removes it, re-checking its
+    label on the RayCluster each patch is tested against. The state ConfigMap
+    (``state_uid``) is then deleted by name with a uid precondition, so a
+    same-named object made since is never deleted; its backend objects
+    (PodGroups) are owned by it and go with it. Returns (group outcome:
+    ``"removed"``, ``"absent"`` or ``"draining"``, ConfigMap deleted); while
+    draining the ConfigMap stays so the next cycle finishes. Raises
+    PermanentError for a decision without a proven ConfigMap, RayGpuError on failure.
+    """
+    if decision.action is not GcAction.RELEASE or not decision.state_uid:
+        raise PermanentError(f"refusing to release {decision.reservation}: no proven state ConfigMap "
+                             f"(action {decision.action.value})")
+    group_state = GROUP_ABSENT
+    if decision.group_owned:
+        group_state = remove_reservation_group(kube, namespace, cluster, decision.group, drain_timeout_s=0)
+        if group_state == GROUP_DRAINING:
+            return group_state, False
     try:
+        return group_state, kube.delete("v1", "ConfigMap", decision.reservation, namespace, uid=decision.state_uid)
+    except ConflictError:
+        return group_state, False  # another object has that name now: ours is gone, the other is not ours
+
+
+def scale_group_to_zero(kube: KubeAdapter, namespace: str, cluster: str, group: str) -> bool:
+    """Scale reservation group ``group`` to zero replicas (its pods in ``workersToDelete``); never removes it.
+
+    Only when the RayCluster read here shows the group provably raygpu's
+    (``is_reservation_group``); the patch tests that read's resourceVersion,
+    so the proof holds for what it writes. True when it wrote; False when there
+    was nothing to write (group absent, not raygpu's, already at zero with every
+    pod listed). Raises RayGpuError (ConflictError: the cluster changed, the next
+    cycle re-plans).
+    """
+    view = kube.get_raycluster(namespace, cluster)
+    try:
+        idx = view.group_index(group)
+    except KeyError:
+        return False
+    g = view.worker_groups[idx]
+    if not is_reservation_group(g):
+        return False
+    pods = sorted(p.name for p in kube.ray_pods(namespace, cluster) if p.ray_group == group and not p.deleting)
+    if g.replicas == 0 and g.min_replicas == 0 and set(pods) <= set(g.workers_to_delete):
+        return False
+    ops = [*set_replicas(idx, 0, group), {"op": "add", "path": f"/spec/workerGroupSpecs/{idx}/minReplicas", "value": 0},
+           *set_workers_to_delete(idx, pods)]
+    kube.patch_raycluster(namespace, cluster, raycluster_patch(view.resource_version, ops))
+    return True
+
+
+def apply_release(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> ReleaseResult:
+    """One garbage-collection step for ``decision`` (``release_reservation``, or ``scale_group_to_zero`` for
+    action ``scale-to-zero``); errors come back as values, never raised."""
+    try:
+        if decision.action is GcAction.SCALE_TO_ZERO:
+            if not decision.group_owned:
+                raise PermanentError(f"refusing to scale {decision.group}: not provably raygpu's")
+            wrote = scale_group_to_zero(kube, namespace, cluster, decision.group)
+            return ReleaseResult(decision, ReleaseStatus.SCALED_TO_ZERO if wrote else ReleaseStatus.ALREADY_RELEASED)
         group_state, cm_deleted = release_reservation(kube, namespace, cluster, decision)
     except RayGpuError as e:
         return ReleaseResult(decision, ReleaseStatus.FAILED, error=str(e))

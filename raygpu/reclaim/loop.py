@@ -13,17 +13,19 @@ One cycle, in order:
    (reservations to release), then ``plan_reclaim`` (workers to remove; every
    reservation with a state ConfigMap is left to the garbage collector).
 5. Report: one log line per decision that changed, metrics; in ``dry-run``
-   one ``ScaleDownDryRun`` Event per distinct plan, and stop.
+   one ``ScaleDownDryRun`` Event per distinct plan, then only step 7, and stop.
 6. Apply (mode ``on``): one JSON patch on the RayCluster, first op a test of
    the resourceVersion the plan was made from. A conflict drops the plan and
    asks for an immediate new cycle from a new snapshot; it never overwrites.
    On success the written RayCluster is assumed into the cache and a
    ``ScaledDown`` Event per group lists the pods and why.
-7. Garbage collection (mode ``on``): release each reservation of ``plan_gc``
+7. Garbage collection (every mode but ``off``: releasing a dead driver's
+   reservation is the safe action): release each reservation of ``plan_gc``
    with the gang module's release code, one step per cycle and never waiting:
    scale its group to zero, and once its pods are gone (a later cycle, as
    ``plan_gc`` still says release while the state ConfigMap exists) remove the
-   group and the ConfigMap (``apply_release``: errors are values).
+   group and the ConfigMap (``apply_release``: errors are values). Only what
+   the plan proved raygpu created is written (see ``raygpu.plan.gc``).
 8. The outcome: ``applied`` when anything was written, ``error`` when a
    release failed and nothing else happened.
 
@@ -44,9 +46,10 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError, TransientError
 from raygpu.model.cycle import CycleState
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcPlan
+from raygpu.model.gc import (DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcPlan, OrphanGroup, ReservationRecord, SeenAt,
+                             is_reservation_group)
 from raygpu.model.raycluster import RayClusterView
-from raygpu.model.labels import KEY_RECLAIM, RESERVATION_GROUP_PREFIX, dns_label
+from raygpu.model.labels import KEY_RECLAIM, RESERVATION_GROUP_PREFIX
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import RayView
 from raygpu.plan.cycle import plan_cycle
@@ -121,8 +124,11 @@ class Reclaimer:
         self._seen_problems: set[tuple[str, str]] = set()
         self._last_decisions: dict[str, tuple[str, str]] = {}
         self._last_gc: dict[str, str] = {}
-        self._draining: set[str] = set()
-        self._orphan_since: dict[str, float] = {}  # reservation group without a state ConfigMap -> first seen  # reservations whose group is scaled to zero, pods still going
+        self._draining: set[str] = set()  # reservations whose group is scaled to zero, pods still going
+        # what this process saw when, on its own clock (a restart forgets, so it waits the full timeout again):
+        self._seen: dict[str, tuple[str, float | None, SeenAt]] = {}  # ConfigMap -> (uid, heartbeat, seen at)
+        self._orphan_since: dict[str, float] = {}  # group without a proven state ConfigMap -> first seen so
+        self._state_seen: set[str] = set()  # groups of which a proven state ConfigMap was seen
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
 
@@ -185,8 +191,9 @@ class Reclaimer:
         # 5. Report: decisions that changed, metrics. A dry run stops here.
         self._report(plan.reclaim, plan.gc, view, state.ray, mode, now_s)
         report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan.reclaim, gc=plan.gc)
-        if mode is ReclaimMode.DRY_RUN:
-            return self._dry_run(report, cluster)
+        if mode is ReclaimMode.DRY_RUN:  # no scale-down; a dead driver's reservation is still released
+            self._collect_garbage(report, cluster)
+            return _concluded(self._dry_run(report, cluster))
         # 6. Apply the scale-down: one tested patch. A conflict or failure drops the plan, GC included.
         if plan.reclaim.to_delete and not self._scale_down(report, cluster, before_apply):
             return report
@@ -211,6 +218,7 @@ class Reclaimer:
         jobs = self.read_jobs(cfg.ray_address) if ray.reachable else None
         return CycleState(now_s=now_s, cluster=cluster, pods=view.pods, reservations=view.reservations, ray=ray,
                           jobs=jobs, policy=policy, heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                          seen=self._seen_at(view.reservations, now_s),
                           orphan_groups=self._orphan_groups(cluster, view.reservations, now_s))
 
     def _dry_run(self, report: CycleReport, cluster: RayClusterView) -> CycleReport:
@@ -276,20 +284,41 @@ class Reclaimer:
             log.info(result.status.value, extra={"fields": self._ids({
                 "reservation": d.reservation, "group": d.group, "reason": d.reason.value, "detail": d.detail,
                 "group_removed": result.group_removed, "configmap_deleted": result.configmap_deleted})})
-            if result.status is ReleaseStatus.RELEASED:  # else a previous cycle (or the driver) did it; the cache lags
+            if result.status in (ReleaseStatus.RELEASED, ReleaseStatus.SCALED_TO_ZERO):  # else done before
                 released.append(d.reservation)
                 self.metrics.reservations_released.labels(d.reason.value).inc()
-                self._event(cluster, "ReservationReleased", f"reservation {d.reservation} (worker group {d.group}) "
-                            f"released: {d.reason.value}: {d.detail}")
+                if result.status is ReleaseStatus.RELEASED:
+                    self._event(cluster, "ReservationReleased", f"reservation {d.reservation} (worker group "
+                                f"{d.group}) released: {d.reason.value}: {d.detail}")
+                else:
+                    self._event(cluster, "ReservationScaledToZero", f"worker group {d.group}: {d.reason.value}: "
+                                f"{d.detail}; the group stays for a human to remove", type_="Warning")
         report.released = tuple(released)
 
-    def _orphan_groups(self, cluster: RayClusterView, reservations, now_s: float) -> dict[str, tuple[str, float]]:
-        """Reservation groups (rg-*) in the spec without a state ConfigMap, with when first seen so."""
-        known = {r.group for r in reservations}
-        now = {g.group_name for g in cluster.worker_groups
-               if g.group_name.startswith(RESERVATION_GROUP_PREFIX) and g.group_name not in known}
+    def _seen_at(self, reservations: tuple[ReservationRecord, ...], now_s: float) -> dict[str, SeenAt]:
+        """When this process first saw each state ConfigMap, and saw its heartbeat take its current value."""
+        seen = {}
+        for r in reservations:
+            uid, beat, at = self._seen.get(r.name, (None, None, None))
+            if at is None or uid != r.uid:
+                at = SeenAt(first_s=now_s, heartbeat_s=now_s)
+            elif beat != r.heartbeat_at_s:
+                at = at.model_copy(update={"heartbeat_s": now_s})
+            seen[r.name] = (r.uid, r.heartbeat_at_s, at)
+        self._seen = seen
+        return {name: at for name, (_, _, at) in seen.items()}
+
+    def _orphan_groups(self, cluster: RayClusterView, reservations: tuple[ReservationRecord, ...],
+                       now_s: float) -> dict[str, OrphanGroup]:
+        """Worker groups without a proven state ConfigMap that look like reservations (``rg-*`` or raygpu's
+        label), with when first seen so and whether a proven state ConfigMap of theirs was seen before."""
+        proven = {r.group for r in reservations if r.owned_by(cluster.name, cluster.uid)}
+        groups = {g.group_name for g in cluster.worker_groups}
+        self._state_seen = (self._state_seen | proven) & groups
+        now = {g.group_name for g in cluster.worker_groups if g.group_name not in proven
+               and (g.group_name.startswith(RESERVATION_GROUP_PREFIX) or is_reservation_group(g))}
         self._orphan_since = {g: self._orphan_since.get(g, now_s) for g in now}
-        return {g: (dns_label(f"{cluster.name}-{g}"), t) for g, t in self._orphan_since.items()}
+        return {g: OrphanGroup(since_s=t, state_seen=g in self._state_seen) for g, t in self._orphan_since.items()}
 
     def _policy(self, cluster: RayClusterView) -> tuple[ReclaimMode, ReclaimPolicy]:
         cp, problems = parse_cluster_policy(cluster.annotations)
@@ -323,7 +352,7 @@ class Reclaimer:
                     "k8s_node": d.k8s_node_name, "ray_node": d.ray_node_id})})
         self._last_decisions = {d.pod_name: (d.action.value, d.reason.value) for d in plan.decisions}
         for d in gc.decisions:
-            if d.action.value == "release" or self._last_gc.get(d.reservation) != d.reason.value:
+            if d.action is not GcAction.KEEP or self._last_gc.get(d.reservation) != d.reason.value:
                 log.info("gc-decision", extra={"fields": self._ids({
                     "mode": mode.value, "reservation": d.reservation, "group": d.group, "action": d.action.value,
                     "reason": d.reason.value, "detail": d.detail})})

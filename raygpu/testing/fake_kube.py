@@ -47,6 +47,7 @@ class FakeKube:
         self.events: list[Event] = []
         self.deleted: list[tuple[str, str]] = []
         self.configmaps: set[str] = set()
+        self.configmap_uids: dict[str, str] = {}  # name -> uid, checked by a delete with a uid precondition
         self.extra_pods: list[K8sPodView] = []
         self.kuberay = kuberay  # delete the extra_pods of groups scaled to zero or removed, as KubeRay does
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> object, besides the RayCluster
@@ -143,8 +144,10 @@ class FakeKube:
         obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
         return copy.deepcopy(obj)
 
-    def delete(self, api_version, kind, name, namespace=None):
+    def delete(self, api_version, kind, name, namespace=None, *, uid=None):
         self._maybe_fail("delete", api_version, kind, name, namespace)
+        if uid is not None and name in self.configmap_uids and self.configmap_uids[name] != uid:
+            raise ConflictError(f"delete {kind} {name}: precondition failed: uid {uid}")
         self.deleted.append((kind, name))
         stored = self.objects.pop((kind, name), None) is not None
         if name in self.configmaps:

@@ -207,15 +207,18 @@ def test_runs_under_the_deployed_service_account_with_least_privilege(testbed, n
     pool.add({"cpu": "cpu16", "g1": "h100x8"})
     _cluster(kube, ns, pool.name, [m.worker_group("gpu", replicas=1, pool=pool.name, gpus=GPU_RES)], ON_5S)
     addr, names = _ready(testbed, core, ns, "rc", 1)
-    # a reservation whose driver was killed long ago, and a bystander ConfigMap
+    # a reservation whose driver was killed long ago (owned by the RayCluster, as reserve() makes it), a bystander
+    uid = KubeAdapter(str(testbed.kubeconfig)).get_raycluster(ns, "rc").uid
     core.create_namespaced_config_map(ns, {"metadata": {
         "name": "rc-rg-orphan", "labels": {"raygpu.io/reservation": "rg-orphan", "raygpu.io/cluster": "rc"},
+        "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": uid}],
         "annotations": {"raygpu.io/reservation-state": "reserved", "raygpu.io/heartbeat-at": f"{time.time() - 600:.0f}"}},
         "data": {"plan.json": "{}"}})
     core.create_namespaced_config_map(ns, {"metadata": {"name": "bystander"}, "data": {"k": "v"}})
     core.create_namespaced_secret(ns, {"metadata": {"name": "secret"}, "stringData": {"password": "x"}})
 
-    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", kubeconfig=kc)
+    # the heartbeat's age counts from the sidecar's first sight of it (issue 14 item 11): a short timeout
+    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "5", kubeconfig=kc)
     try:
         side.wait("the idle worker deleted", lambda: _workers(core, ns) == [], 60)
         side.wait("the orphan reservation released", lambda: side.records("released", reservation="rc-rg-orphan"), 30)
@@ -239,6 +242,38 @@ def test_runs_under_the_deployed_service_account_with_least_privilege(testbed, n
         with pytest.raises(client.ApiException) as exc:
             call()
         assert exc.value.status == 403, what
+
+
+def test_gc_never_touches_a_users_rg_group_or_configmaps_named_like_state(testbed, ns, pool, kube, core, tmp_path):
+    """(6) issue 14 item 1: a user's own worker group rg-a100, a plain ConfigMap rc-rg-a100 (the name a state object
+    would have) and a labelled look-alike without raygpu's ownerReference, in state released; the sidecar in mode
+    on, its heartbeat timeout 2 s: after many cycles past every timeout, the group keeps its replica and its pod,
+    both ConfigMaps exist, and no release of any kind was logged."""
+    pool.add({"cpu": "cpu16", "g1": "h100x8"})
+    _cluster(kube, ns, pool.name, [m.worker_group("rg-a100", replicas=1, min_replicas=0, pool=pool.name,
+                                                  gpus=GPU_RES)], {"raygpu.io/reclaim": "on"})
+    addr, names = _ready(testbed, core, ns, "rc", 1)
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "rc-rg-a100"}, "data": {"mine": "yes"}})
+    core.create_namespaced_config_map(ns, {"metadata": {
+        "name": "look-alike", "labels": {"raygpu.io/reservation": "rg-a100", "raygpu.io/cluster": "rc"},
+        "annotations": {"raygpu.io/reservation-state": "released"}}, "data": {"mine": "yes"}})
+    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "2")
+    try:
+        planned = lambda: [r for r in side.records("cycle") if r["outcome"] not in ("not-synced", "no-cluster")]  # noqa: E731
+        side.wait("10 planned cycles (> 3 heartbeat timeouts at 1 s each)", lambda: len(planned()) >= 10, 90)
+        assert side.proc.poll() is None
+        assert all(r["outcome"] in ("nothing-to-do", "dry-run") for r in planned()), planned()
+        assert not side.records("released") and not side.records("scaled-to-zero") and not side.records("draining")
+        assert all(r["released"] == [] for r in side.records("cycle"))
+        verdicts = {(r["reservation"], r["action"], r["reason"]) for r in side.records("gc-decision")}
+        assert verdicts == {("rg-a100", "keep", "Unproven"), ("look-alike", "keep", "Unproven")}, verdicts
+        group = _spec_groups(kube, ns)["rg-a100"]
+        assert group["replicas"] == 1 and not (group.get("scaleStrategy") or {}).get("workersToDelete")
+        assert _workers(core, ns, "rg-a100") == names
+        assert {c.metadata.name for c in core.list_namespaced_config_map(ns).items} >= {"rc-rg-a100", "look-alike"}
+        assert not _events(core, ns, "ReservationReleased") and not _events(core, ns, "ReservationScaledToZero")
+    finally:
+        side.stop()
 
 
 def test_example_raycluster_with_sidecar_is_accepted_by_the_api_server(testbed, ns, kube):

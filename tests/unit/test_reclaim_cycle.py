@@ -13,6 +13,7 @@ import time
 from raygpu.adapters.kube_watch import CacheView
 from raygpu.errors import PermanentError
 from raygpu.model.gc import ReservationRecord
+from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import PgState, PlacementGroupView, RayView
 from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
@@ -152,22 +153,47 @@ def test_ray_unreachable_deletes_nothing():
     assert rep.plan.decision("rc-gpu-worker-a").reason is R.RAY_UNREACHABLE
 
 
-def with_reservation_group(name: str, replicas: int) -> dict:
-    """RECORDED plus a reservation worker group ``name`` (a copy of the gpu group, replicas = minReplicas)."""
+RC_UID = RECORDED["metadata"]["uid"]
+A_PG = [PlacementGroupView(pg_id="aa", state=PgState.CREATED)]
+
+
+def with_reservation_group(name: str, replicas: int, labelled: bool = True) -> dict:
+    """RECORDED plus a worker group ``name`` (a copy of the gpu group, replicas = minReplicas); ``labelled``: its
+    pod template carries raygpu.io/reservation=<name>, as raygpu builds a reservation group (else a user's group)."""
     raw = copy.deepcopy(RECORDED)
-    raw["spec"]["workerGroupSpecs"].append({**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]),
-                                            "groupName": name, "replicas": replicas, "minReplicas": replicas})
+    spec = {**copy.deepcopy(raw["spec"]["workerGroupSpecs"][0]), "groupName": name, "replicas": replicas,
+            "minReplicas": replicas}
+    if labelled:
+        spec["template"].setdefault("metadata", {}).setdefault("labels", {})[LABEL_RESERVATION] = name
+    raw["spec"]["workerGroupSpecs"].append(spec)
     return raw
+
+
+def state_cm(name: str, group: str, *, state: str = "ready", pg: str | None = None, heartbeat_at_s: float | None = None,
+             owned: bool = True) -> ReservationRecord:
+    """A state ConfigMap as the watch cache parses it; ``owned``: with the ownerReference ``reserve`` writes."""
+    ann = {"raygpu.io/reservation-state": state}
+    if pg:
+        ann["raygpu.io/placement-group"] = pg
+    if heartbeat_at_s is not None:
+        ann["raygpu.io/heartbeat-at"] = f"{heartbeat_at_s:.0f}"
+    md = {"name": name, "namespace": NS, "uid": f"uid-{name}", "annotations": ann,
+          "labels": {LABEL_RESERVATION: group, LABEL_CLUSTER: "rc"}}
+    if owned:
+        md["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": RC_UID}]
+    return ReservationRecord.from_configmap({"metadata": md})
+
+
+def groups(kube) -> dict[str, dict]:
+    return {g["groupName"]: g for g in kube.raw["spec"]["workerGroupSpecs"]}
 
 
 def test_gc_releases_a_dead_drivers_reservation_with_the_gang_code():
     raw = with_reservation_group("rg-train", replicas=1)
     kube = fake_kube(raw)
     kube.configmaps = {"rc-rg-train", "rc-rg-live"}
-    dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="ready",
-                             placement_group_id="aa", heartbeat_at_s=NOW_S - 5)
-    live = ReservationRecord(name="rc-rg-live", namespace=NS, group="rg-live", state="ready",
-                             placement_group_id="bb", heartbeat_at_s=NOW_S - 5)
+    dead = state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 5)
+    live = state_cm("rc-rg-live", "rg-live", pg="bb", heartbeat_at_s=NOW_S - 5)
     ray = ray_view({}, pgs=[PlacementGroupView(pg_id="aa", state=PgState.REMOVED),
                             PlacementGroupView(pg_id="bb", state=PgState.CREATED)])
     r = reclaimer(kube, FakeCache(kube, [dead, live]), ray=ray)
@@ -188,13 +214,12 @@ def test_gc_never_blocks_a_cycle_on_a_draining_group():
     kube = fake_kube(raw)
     kube.configmaps = {"rc-rg-train"}
     kube.extra_pods = [pod("rc-rg-train-worker-z", "rg-train", "k5")]
-    dead = ReservationRecord(name="rc-rg-train", namespace=NS, group="rg-train", state="released",
-                             heartbeat_at_s=NOW_S - 5)
+    dead = state_cm("rc-rg-train", "rg-train", state="released", heartbeat_at_s=NOW_S - 5)
     r = reclaimer(kube, FakeCache(kube, [dead]), ray=ray_view({}))
     t0 = time.monotonic()
     rep = r.cycle()
     assert time.monotonic() - t0 < 5  # one look at the pods, no drain wait
-    group = {g["groupName"]: g for g in kube.raw["spec"]["workerGroupSpecs"]}["rg-train"]
+    group = groups(kube)["rg-train"]
     assert group["replicas"] == 0 and group["minReplicas"] == 0
     assert group["scaleStrategy"]["workersToDelete"] == ["rc-rg-train-worker-z"]
     assert rep.released == () and kube.configmaps == {"rc-rg-train"} and kube.events == []
@@ -207,27 +232,120 @@ def test_gc_never_blocks_a_cycle_on_a_draining_group():
     assert [e.reason for e in kube.events] == ["ReservationReleased"]
 
 
-def test_gc_removes_a_reservation_group_whose_state_configmap_is_gone():
-    raw = with_reservation_group("rg-lost", replicas=0)
-    kube = fake_kube(raw)
+def test_a_users_rg_group_and_configmaps_named_like_state_are_never_touched():
+    """Issue 14 item 1: the user's own group rg-a100, a ConfigMap rc-rg-a100 (no labels: the cache never lists it)
+    and a labelled look-alike without the ownerReference, in state released: many cycles, nothing of theirs moves."""
+    kube = fake_kube(with_reservation_group("rg-a100", replicas=1, labelled=False))
+    kube.configmaps = {"rc-rg-a100", "mine"}
+    look_alike = state_cm("mine", "rg-a100", state="released", owned=False)
+    now = [NOW_S]
+    r = reclaimer(kube, FakeCache(kube, [look_alike]), ray=ray_view({}))
+    r.clock = lambda: now[0]
+    for _ in range(4):
+        rep = r.cycle()
+        now[0] += 61
+    assert rep.released == () and kube.deleted == [] and kube.configmaps == {"rc-rg-a100", "mine"}
+    assert groups(kube)["rg-a100"]["replicas"] == 1 and groups(kube)["rg-a100"]["minReplicas"] == 1
+    assert not any("rg-a100" in e.message for e in kube.events)
+    assert {(d.reservation, d.reason.value) for d in rep.gc.decisions} == {("mine", "Unproven"),
+                                                                           ("rg-a100", "Unproven")}
+
+
+def test_a_proven_group_whose_seen_state_went_is_only_scaled_to_zero():
+    """Its proven state ConfigMap seen, then deleted out of band: after the timeout, zero replicas; never removed."""
+    kube = fake_kube(with_reservation_group("rg-lost", replicas=1))
+    cache = FakeCache(kube, [state_cm("rc-rg-lost", "rg-lost", pg="aa", heartbeat_at_s=NOW_S)])
+    now = [NOW_S]
+    r = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
+    r.clock = lambda: now[0]
+    assert r.cycle().gc.decisions[0].reason.value == "Live"
+    cache.reservations = ()  # someone deleted the state ConfigMap
+    now[0] += 10
+    assert r.cycle().released == ()  # it may be in flight: wait
+    now[0] += 61
+    rep = r.cycle()
+    assert rep.released == ("rg-lost",), rep
+    assert groups(kube)["rg-lost"]["replicas"] == 0 and groups(kube)["rg-lost"]["minReplicas"] == 0
+    assert kube.deleted == []  # no ConfigMap deleted by a constructed name
+    (ev,) = kube.with_reason("ReservationScaledToZero")
+    assert ev.type == "Warning" and "StateLost" in ev.message
+    patches = len(kube.patches)
+    for _ in range(3):
+        now[0] += 61
+        assert r.cycle().released == ()
+    assert "rg-lost" in groups(kube) and len(kube.patches) == patches
+
+
+def test_a_restarted_sidecar_never_scales_a_group_whose_state_it_did_not_see():
+    kube = fake_kube(with_reservation_group("rg-lost", replicas=1))
     now = [NOW_S]
     r = reclaimer(kube, FakeCache(kube, []), ray=ray_view({}))
     r.clock = lambda: now[0]
-    assert r.cycle().released == ()  # first seen without its ConfigMap: wait, it may be in flight
-    assert "rg-lost" in [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]]
-    now[0] += 61
+    for _ in range(3):
+        rep = r.cycle()
+        now[0] += 600
+    assert groups(kube)["rg-lost"]["replicas"] == 1 and rep.gc.decisions[0].reason.value == "Unproven"
+
+
+def test_liveness_is_measured_on_the_sidecars_clock():
+    """Issue 14 item 11: the driver's clock is 61 s behind; its fresh heartbeat keeps the reservation, a stopped one
+    releases it heartbeat_timeout_s after the sidecar saw it last change, and a restarted sidecar waits again."""
+    kube = fake_kube(with_reservation_group("rg-train", replicas=0))
+    kube.configmaps = {"rc-rg-train"}
+    cache = FakeCache(kube, [state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 61)])
+    now = [NOW_S]
+    r = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
+    r.clock = lambda: now[0]
+    assert r.cycle().gc.decisions[0].reason.value == "Live"
+    now[0] += 50
+    cache.reservations = (state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 11),)
+    assert r.cycle().gc.decisions[0].reason.value == "Live"
+    now[0] += 60  # 60 s since the sidecar saw it change: the limit, still live
+    assert r.cycle().gc.decisions[0].reason.value == "Live"
+    restarted = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
+    restarted.clock = lambda: now[0] + 30
+    assert restarted.cycle().gc.decisions[0].reason.value == "Live"  # 90 s quiet, but first seen just now
+    now[0] += 1
     rep = r.cycle()
-    assert rep.released == ("rc-rg-lost",), rep
-    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "small"]
-    assert [e.reason for e in kube.events] == ["ReservationReleased"] and "StateLost" in kube.events[0].message
+    assert rep.released == ("rc-rg-train",) and rep.gc.decisions[0].reason.value == "HeartbeatLost"
 
 
-def test_dry_run_releases_nothing():
-    kube = fake_kube(RECORDED)
+def test_dry_run_releases_a_dead_drivers_reservation_and_scales_nothing_down():
+    """Issue 14 item 8: releasing a dead driver's reservation is the safe action, in every mode but off."""
+    kube = fake_kube(with_reservation_group("rg-x", replicas=1))
     kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "dry-run"
     kube.configmaps = {"rc-rg-x"}
-    stale = ReservationRecord(name="rc-rg-x", namespace=NS, group="rg-x", state="reserved", heartbeat_at_s=0)
-    r = reclaimer(kube, FakeCache(kube, [stale]))
+    dead = state_cm("rc-rg-x", "rg-x", state="reserved", pg="gone", heartbeat_at_s=NOW_S)
+    r = reclaimer(kube, FakeCache(kube, [dead]))
     rep = r.cycle()
-    assert rep.outcome is CycleOutcome.DRY_RUN and [d.reservation for d in rep.gc.to_release] == ["rc-rg-x"]
-    assert kube.deleted == [] and kube.patches == []
+    assert rep.released == ("rc-rg-x",) and kube.configmaps == set()
+    assert list(groups(kube)) == ["gpu", "small"]  # the reservation group removed ...
+    assert groups(kube)["gpu"] == RECORDED["spec"]["workerGroupSpecs"][0]  # ... the idle workers not
+    assert rep.plan.deleted_pods and len(kube.with_reason("ScaleDownDryRun")) == 1
+
+
+def test_off_releases_nothing():
+    kube = fake_kube(with_reservation_group("rg-x", replicas=1))
+    kube.raw["metadata"]["annotations"]["raygpu.io/reclaim"] = "off"
+    kube.configmaps = {"rc-rg-x"}
+    r = reclaimer(kube, FakeCache(kube, [state_cm("rc-rg-x", "rg-x", state="released")]))
+    assert r.cycle().outcome is CycleOutcome.OFF and kube.deleted == [] and kube.patches == []
+
+
+def test_apply_release_writes_only_what_is_proven_at_write_time():
+    """The group proof is re-checked on the RayCluster the patch is tested against; a ConfigMap is deleted only
+    with the uid read; a decision without a proven ConfigMap is refused with a clear error."""
+    from raygpu.model.gc import GcAction, GcDecision, GcReason
+    from raygpu.reclaim.apply import ReleaseStatus, apply_release
+    kube = fake_kube(with_reservation_group("rg-a100", replicas=1, labelled=False))
+    kube.configmaps, kube.configmap_uids = {"rc-rg-a100"}, {"rc-rg-a100": "uid-new"}
+    stale = GcDecision(reservation="rc-rg-a100", group="rg-a100", action=GcAction.RELEASE, reason=GcReason.TERMINAL,
+                       group_owned=True, state_uid="uid-old")  # proofs that no longer hold
+    assert apply_release(kube, NS, "rc", stale).status is ReleaseStatus.ALREADY_RELEASED
+    lost = stale.model_copy(update={"action": GcAction.SCALE_TO_ZERO, "state_uid": ""})
+    assert apply_release(kube, NS, "rc", lost).status is ReleaseStatus.ALREADY_RELEASED
+    unproven = stale.model_copy(update={"state_uid": ""})
+    refused = apply_release(kube, NS, "rc", unproven)
+    assert refused.status is ReleaseStatus.FAILED and "no proven state ConfigMap" in refused.error
+    assert kube.patches == [] and kube.deleted == [] and kube.configmaps == {"rc-rg-a100"}
+    assert groups(kube)["rg-a100"]["replicas"] == 1
