@@ -12,8 +12,10 @@ the state it left is terminal.
 
 It only touches a reservation it can prove raygpu created and its driver
 released: a state ConfigMap with the labels ``raygpu.io/reservation`` and
-``raygpu.io/cluster`` of the named cluster, in state failed, released or
-rolled_back. Exit codes: 0 finished (or nothing left), 1 pods still there at
+``raygpu.io/cluster`` of the named cluster, owned by that RayCluster (its
+uid), in state failed, released or rolled_back, deleted only while it is
+still that object (uid precondition); a worker group only if its pod
+template carries the reservation label. Exit codes: 0 finished (or nothing left), 1 pods still there at
 the deadline (the sidecar finishes), 2 refused (bad arguments, not ours,
 not released by its driver) or an API error. One JSON line on stdout says
 what happened.
@@ -62,10 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         if not group or labels.get(LABEL_CLUSTER) != dns_label(args.cluster):
             return _say(2, "refused", args, reason="not a raygpu reservation of this cluster (labels "
                         f"{LABEL_RESERVATION}/{LABEL_CLUSTER} missing or different)")
+        owner_uid = kube.raw_raycluster(args.namespace, args.cluster)["metadata"]["uid"]
+        if not any(o.get("kind") == "RayCluster" and o.get("uid") == owner_uid for o in md.get("ownerReferences") or []):
+            return _say(2, "refused", args, reason=f"not owned by RayCluster {args.namespace}/{args.cluster}")
         if state not in _RELEASED_STATES:
             return _say(2, "refused", args, reason=f"state {state!r}: its driver has not released it")
         outcome, deleted = finish_release(kube, args.namespace, args.cluster, args.reservation, group,
-                                          drain_timeout_s=args.drain_timeout_s)
+                                          drain_timeout_s=args.drain_timeout_s, uid=md.get("uid"))
     except RayGpuError as e:
         return _say(2, "error", args, reason=str(e))
     took_s = round(time.monotonic() - t0, 1)

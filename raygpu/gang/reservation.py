@@ -207,7 +207,7 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
 
 
 def finish_release(kube: KubeAdapter, namespace: str, cluster: str, reservation: str, group: str,
-                   drain_timeout_s: float = 0.0) -> tuple[str, bool]:
+                   drain_timeout_s: float = 0.0, uid: str | None = None) -> tuple[str, bool]:
     """Finish releasing reservation ``reservation`` (its state ConfigMap) whose worker group is ``group``.
 
     Scales the group to zero (KubeRay deletes the pods), waits up to
@@ -216,12 +216,13 @@ def finish_release(kube: KubeAdapter, namespace: str, cluster: str, reservation:
     owned by the ConfigMap, so Kubernetes' garbage collector deletes them.
     Idempotent. Returns (``"removed"``, ``"absent"`` or ``"draining"``,
     ConfigMap deleted); while draining the ConfigMap stays, so that calling
-    again finishes the job. Raises RayGpuError on failure.
+    again finishes the job. ``uid``: the ConfigMap is deleted only if it is
+    still the object of that uid (a precondition). Raises RayGpuError on failure.
     """
     outcome = remove_reservation_group(kube, namespace, cluster, group, drain_timeout_s=drain_timeout_s)
     if outcome == GROUP_DRAINING:
         return outcome, False
-    return outcome, kube.delete("v1", "ConfigMap", reservation, namespace)
+    return outcome, kube.delete("v1", "ConfigMap", reservation, namespace, uid=uid)
 
 
 def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,

@@ -126,11 +126,13 @@ def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path, when)
     addr = ray.get_runtime_context().gcs_address
     err_path = tmp_path / "driver.stderr"
     bundles, backend, until = ("3", "coscheduling", "created") if when == "waiting" else ("2", "none", "ready")
+    never = tmp_path / "never"  # the driver holds its PG until this file appears: it never does
     with open(err_path, "w") as err:
         proc = popen_as_foreground([sys.executable, "-m", "raygpu.demo.driver", "--address", addr, "--mode",
                                     "raygpu", "--cluster", cluster, "--namespace", ns, "--bundles", bundles,
                                     "--backend", backend, "--timeout-s", "150", "--kubeconfig", str(testbed.kubeconfig),
-                                    "--name", "ctrlc"], stdout=subprocess.PIPE, stderr=err, text=True)
+                                    "--name", "ctrlc", "--release-file", str(never)], stdout=subprocess.PIPE,
+                                   stderr=err, text=True)
     kube = KubeAdapter(str(testbed.kubeconfig))
     events = []
     for line in proc.stdout:
