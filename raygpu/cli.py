@@ -7,13 +7,15 @@
     raygpu sidecar                            the idle-node reclaimer loop
 
 Exit codes: 0 success, 1 findings or a failed operation, 2 cannot reach the
-cluster / bad usage.
+cluster (no kubeconfig, unreachable, credential refused) / bad usage; each
+with one line that says why, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 
@@ -30,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (exit 2 on bad usage, before anything is contacted) and run the command."""
+    # urllib3 logs each retry of a request as a warning; the command reports the final failure in one line
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -12,25 +12,67 @@ Promises:
   ``TransientError``; any other status -> ``PermanentError``.
 * ``patch_raycluster`` only sends JSON patches whose first op tests
   ``metadata.resourceVersion``: it never overwrites a concurrent change.
+* Every request has a deadline, API discovery included (``REQUEST_TIMEOUT``
+  per attempt unless the caller passes its own, as the watch cache does): a
+  server that accepts and never answers gives a ``TransientError``, never a
+  thread blocked for good.
+* One object that does not parse never hides the others: a bad value takes a
+  safe default and is recorded in the view's ``problems`` (and logged); an
+  object that cannot be parsed at all is skipped with a warning naming it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+import logging
+from typing import Any, Callable, Iterable, TypeVar
 
-from raygpu.errors import (ConflictError, ForbiddenError, InvalidError, NotFoundError, PermanentError,
+from raygpu.errors import (ConflictError, ForbiddenError, InvalidError, NotFoundError, PermanentError, RayGpuError,
                            TransientError)
 from raygpu.model.base import timestamp_s
-from raygpu.model.raycluster import RayClusterView, parse_quantity
+from raygpu.model.raycluster import ParseProblem, RayClusterView, param_number, resource_map
 from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
 
+log = logging.getLogger("raygpu.kube")
 RAYCLUSTER = ("ray.io/v1", "RayCluster")
 # Every request has a deadline (connect, read), so a stalled connection becomes a TransientError the
 # caller retries instead of a thread blocked for good (the Python client's default is no timeout).
-REQUEST_TIMEOUT = (5, 30)
-_T = {"_request_timeout": REQUEST_TIMEOUT}
+# urllib3 retries a timed-out GET up to 3 times, so a silent server answers a read within 4 deadlines.
+REQUEST_TIMEOUT: tuple[float, float] = (5, 30)
+_O = TypeVar("_O")
+
+
+def with_default_timeout(api_client: Any, timeout: tuple[float, float]) -> Any:
+    """Give every request of ``api_client`` that names no ``_request_timeout`` this (connect, read) one.
+
+    The kubernetes client's default is no timeout at all, and DynamicClient's discovery
+    (``/version``, ``/apis``...) never passes one. Requests that pass their own (the watch
+    cache's long reads) keep it. Idempotent: a second call only changes the timeout.
+    """
+    rest = api_client.rest_client
+    first = getattr(rest, "_raygpu_timeout", None) is None
+    rest._raygpu_timeout = timeout
+    if first:
+        inner = rest.request
+
+        def request(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+            return inner(*args, _request_timeout=_request_timeout or rest._raygpu_timeout, **kwargs)
+        rest.request = request
+    return api_client
+
+
+def parse_each(items: Iterable[dict[str, Any]], parse: Callable[[dict[str, Any]], _O], what: str) -> list[_O]:
+    """``parse`` every item; one that raises is skipped with a warning naming it, never all of them."""
+    out = []
+    for item in items:
+        try:
+            out.append(parse(item))
+        except Exception as e:  # noqa: BLE001 - one bad object must not hide the others
+            md = item.get("metadata") or {} if isinstance(item, dict) else {}
+            log.warning("skipping %s %s/%s: cannot parse it: %s: %s", what, md.get("namespace", ""),
+                        md.get("name", "?"), type(e).__name__, e)
+    return out
 
 
 def _convert(exc: Exception, what: str) -> Exception:
@@ -53,14 +95,24 @@ def _convert(exc: Exception, what: str) -> Exception:
             return InvalidError(f"{what}: {exc.status}: {msg}")
         return PermanentError(f"{what}: {exc.status}: {msg}")
     if isinstance(exc, (ConnectionError, OSError)) or type(exc).__module__.startswith("urllib3"):
-        return TransientError(f"{what}: cannot reach the API server: {exc}", delay_s=1.0)
+        reason = getattr(exc, "reason", None)  # MaxRetryError: say what the last try hit, not the URL
+        return TransientError(f"{what}: cannot reach the API server: "
+                              f"{reason if isinstance(reason, Exception) else exc}", delay_s=1.0)
     return exc
 
 
 class KubeAdapter:
     """A typed, error-converting view of one Kubernetes API server."""
 
-    def __init__(self, kubeconfig: str | None = None, api_client: Any = None) -> None:
+    def __init__(self, kubeconfig: str | None = None, api_client: Any = None,
+                 request_timeout: tuple[float, float] | None = None) -> None:
+        """Connect to the API server of ``kubeconfig`` (else $KUBECONFIG / ~/.kube/config, else in-cluster).
+
+        ``request_timeout`` (connect, read) in seconds, default ``REQUEST_TIMEOUT``, bounds every
+        request that passes none, discovery included. Raises PermanentError when there is no
+        configuration to load, TransientError when the server does not answer discovery in time,
+        ForbiddenError when it refuses the credential.
+        """
         from kubernetes import client, config
         from kubernetes.dynamic import DynamicClient
         if api_client is None:
@@ -68,12 +120,23 @@ class KubeAdapter:
                 api_client = config.new_client_from_config(config_file=kubeconfig)
             except Exception as e:  # noqa: BLE001 - no kubeconfig: try in-cluster
                 if kubeconfig:
-                    raise PermanentError(f"cannot load kubeconfig {kubeconfig}: {e}") from e
-                config.load_incluster_config()
+                    raise PermanentError(f"cannot load kubeconfig {kubeconfig}: {e}") from None
+                try:
+                    config.load_incluster_config()
+                except Exception as e2:  # noqa: BLE001 - neither: one clear line, not two tracebacks
+                    raise PermanentError(f"no Kubernetes configuration: no kubeconfig ({e}) and not in a pod "
+                                         f"({e2}); pass --kubeconfig or set KUBECONFIG") from None
                 api_client = client.ApiClient()
-        self.api = api_client
+        self.timeout = tuple(request_timeout or REQUEST_TIMEOUT)
+        self._t = {"_request_timeout": self.timeout}
+        self.api = with_default_timeout(api_client, self.timeout)
         self.core = client.CoreV1Api(api_client)
-        self.dyn = DynamicClient(api_client)
+        try:
+            self.dyn = DynamicClient(api_client)  # reads /version and the API groups: discovery
+        except Exception as e:  # noqa: BLE001
+            err = _convert(e, f"API discovery at {api_client.configuration.host}")
+            raise (err if isinstance(err, RayGpuError) else
+                   PermanentError(f"API discovery at {api_client.configuration.host}: {type(e).__name__}: {e}")) from e
 
     def _res(self, api_version: str, kind: str):
         return self.dyn.resources.get(api_version=api_version, kind=kind)
@@ -81,7 +144,7 @@ class KubeAdapter:
     # ------------------------------------------------------------ RayCluster
     def raw_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         try:
-            return self._res(*RAYCLUSTER).get(name=name, namespace=namespace, **_T).to_dict()
+            return self._res(*RAYCLUSTER).get(name=name, namespace=namespace, **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"RayCluster {namespace}/{name}")
             if isinstance(err, NotFoundError):
@@ -97,7 +160,7 @@ class KubeAdapter:
             raise PermanentError("refusing a RayCluster patch that does not first test metadata.resourceVersion")
         try:
             obj = self._res(*RAYCLUSTER).patch(name=name, namespace=namespace, body=patch,
-                                               content_type="application/json-patch+json", **_T)
+                                               content_type="application/json-patch+json", **self._t)
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"patch RayCluster {namespace}/{name}")
             # For a custom resource the API server answers a failed ``test`` op
@@ -115,13 +178,13 @@ class KubeAdapter:
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         md = obj["metadata"]
         try:
-            return self._res(obj["apiVersion"], obj["kind"]).create(body=obj, namespace=md.get("namespace"), **_T).to_dict()
+            return self._res(obj["apiVersion"], obj["kind"]).create(body=obj, namespace=md.get("namespace"), **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"create {obj['kind']} {md.get('namespace')}/{md['name']}") from e
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:
-            return self._res(api_version, kind).get(name=name, namespace=namespace, **_T).to_dict()
+            return self._res(api_version, kind).get(name=name, namespace=namespace, **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"get {kind} {namespace}/{name}")
             if isinstance(err, NotFoundError):
@@ -131,7 +194,7 @@ class KubeAdapter:
     def list(self, api_version: str, kind: str, namespace: str | None = None,
              label_selector: str = "") -> list[dict[str, Any]]:
         try:
-            return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector, **_T).to_dict()["items"]
+            return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector, **self._t).to_dict()["items"]
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"list {kind} in {namespace}") from e
 
@@ -139,7 +202,7 @@ class KubeAdapter:
                     body: dict[str, Any]) -> dict[str, Any]:
         try:
             return self._res(api_version, kind).patch(name=name, namespace=namespace, body=body,
-                                                      content_type="application/merge-patch+json", **_T).to_dict()
+                                                      content_type="application/merge-patch+json", **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"patch {kind} {namespace}/{name}") from e
 
@@ -154,7 +217,7 @@ class KubeAdapter:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self._res(api_version, kind).delete(name=name, namespace=namespace, body=body, **_T)
+            self._res(api_version, kind).delete(name=name, namespace=namespace, body=body, **self._t)
             return True
         except Exception as e:  # noqa: BLE001
             err = _convert(e, f"delete {kind} {namespace}/{name}")
@@ -167,19 +230,19 @@ class KubeAdapter:
         sel = "ray.io/is-ray-node=yes" + (f",ray.io/cluster={cluster}" if cluster else "")
         try:
             if namespace:
-                resp = self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False, **_T)
+                resp = self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False, **self._t)
             else:
-                resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False, **_T)
+                resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False, **self._t)
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"list Ray pods in {namespace}") from e
-        return [pod_view(p) for p in json.loads(resp.data)["items"]]
+        return parse_each(json.loads(resp.data)["items"], pod_view, "Pod")
 
     def nodes(self) -> list[K8sNodeView]:
         try:
-            resp = self.core.list_node(_preload_content=False, **_T)
+            resp = self.core.list_node(_preload_content=False, **self._t)
         except Exception as e:  # noqa: BLE001
             raise _convert(e, "list nodes") from e
-        return [node_view(n) for n in json.loads(resp.data)["items"]]
+        return parse_each(json.loads(resp.data)["items"], node_view, "Node")
 
     def event(self, involved: dict[str, Any], reason: str, message: str, type_: str = "Normal",
               component: str = "raygpu") -> None:
@@ -191,46 +254,69 @@ class KubeAdapter:
                 "source": {"component": component}, "firstTimestamp": now.isoformat(),
                 "lastTimestamp": now.isoformat(), "count": 1, "reportingComponent": component}
         try:
-            self.core.create_namespaced_event(ns, body, **_T)
+            self.core.create_namespaced_event(ns, body, **self._t)
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}") from e
 
 
-def _sum_resources(containers: list[dict[str, Any]], key: str) -> dict[str, float]:
+def _sum_resources(containers: list[dict[str, Any]], key: str, obj: str,
+                   problems: list[ParseProblem]) -> dict[str, float]:
     out: dict[str, float] = {}
     for c in containers:
-        for k, v in ((c.get("resources") or {}).get(key) or {}).items():
-            out[k] = out.get(k, 0.0) + parse_quantity(v)
+        field = f"containers[{c.get('name', '?')}].{key}"
+        for k, v in resource_map((c.get("resources") or {}).get(key), obj, field, problems).items():
+            out[k] = out.get(k, 0.0) + v
     return out
 
 
+def start_cmd_num_gpus(value: str, obj: str, problems: list[ParseProblem]) -> float | None:
+    """``--num-gpus=N`` of a KUBERAY_GEN_RAY_START_CMD; None (recorded) when N is not a number >= 0."""
+    raw = value.split("--num-gpus=")[1].split()[0] if value.split("--num-gpus=")[1].split() else ""
+    given = param_number(raw)
+    if given is None:
+        problems.append(ParseProblem(obj=obj, field="env.KUBERAY_GEN_RAY_START_CMD --num-gpus", value=raw,
+                                     reason="is not a number >= 0", default_used="its group's rayStartParams"))
+    return given
+
+
 def pod_view(p: dict[str, Any]) -> K8sPodView:
+    """A pod as a frozen view. A value that does not parse takes a safe default, recorded in ``problems``.
+
+    Raises (KeyError, ValueError) only for an object without a name or namespace or with a bad
+    creationTimestamp, which the API server never sends; callers skip such an object (``parse_each``).
+    """
     md, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
+    obj = f"Pod {md['namespace']}/{md['name']}"
+    problems: list[ParseProblem] = []
     labels = md.get("labels") or {}
     containers = spec.get("containers") or []
     num_gpus = None
     for e in (containers[0].get("env") or []) if containers else []:
         if e.get("name") == "KUBERAY_GEN_RAY_START_CMD" and "--num-gpus=" in (e.get("value") or ""):
-            num_gpus = float(e["value"].split("--num-gpus=")[1].split()[0].strip("'\""))
+            num_gpus = start_cmd_num_gpus(e["value"], obj, problems)
     return K8sPodView(
         name=md["name"], namespace=md["namespace"], uid=md.get("uid", ""), node_name=spec.get("nodeName"),
         phase=st.get("phase", "Pending"), deleting=bool(md.get("deletionTimestamp")), labels=labels,
-        annotations=md.get("annotations") or {}, requests=_sum_resources(containers, "requests"),
-        limits=_sum_resources(containers, "limits"),
+        annotations=md.get("annotations") or {}, requests=_sum_resources(containers, "requests", obj, problems),
+        limits=_sum_resources(containers, "limits", obj, problems),
         tolerations=tuple(Toleration(**{k: t.get(k) for k in ("key", "value", "effect") if t.get(k) is not None},
                                      operator=t.get("operator", "Equal")) for t in spec.get("tolerations") or []),
         node_selector=dict(spec.get("nodeSelector") or {}),
         created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
-        ray_start_num_gpus=num_gpus)
+        ray_start_num_gpus=num_gpus, problems=tuple(problems))
 
 
 def node_view(n: dict[str, Any]) -> K8sNodeView:
+    """A node as a frozen view; a capacity that is no quantity is left out, recorded in ``problems``."""
     md, spec, st = n["metadata"], n.get("spec") or {}, n.get("status") or {}
+    obj = f"Node {md['name']}"
+    problems: list[ParseProblem] = []
     conds = {c["type"]: c["status"] for c in st.get("conditions") or []}
     return K8sNodeView(
         name=md["name"], labels=md.get("labels") or {},
-        capacity={k: parse_quantity(v) for k, v in (st.get("capacity") or {}).items()},
-        allocatable={k: parse_quantity(v) for k, v in (st.get("allocatable") or {}).items()},
+        capacity=resource_map(st.get("capacity"), obj, "capacity", problems),
+        allocatable=resource_map(st.get("allocatable"), obj, "allocatable", problems),
         taints=tuple(Taint(key=t["key"], value=t.get("value"), effect=t["effect"]) for t in spec.get("taints") or []),
-        ready=conds.get("Ready") == "True", unschedulable=bool(spec.get("unschedulable")))
+        ready=conds.get("Ready") == "True", unschedulable=bool(spec.get("unschedulable")),
+        problems=tuple(problems))

@@ -17,6 +17,11 @@ Promises:
   the planner tolerates that, and the RayCluster patch tests its version).
 * ``assume_cluster`` records a RayCluster this process just wrote, so the next
   cycle plans from it before the watch delivers it ("assume then apply").
+* One object that does not parse never stops a kind from syncing: a bad value
+  takes its safe default (the view's ``problems``), an object that cannot be
+  parsed at all is left out (and a stale copy of it dropped). Each distinct
+  problem goes once to ``on_problem(message)`` (default: a logged warning); the
+  sidecar turns it into a Warning Event on the RayCluster.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class _Kind:
     error: str | None = None
     lists: int = 0  # LIST calls made (start + resyncs)
     resource_version: str = ""
+    skipped: dict[str, str] = field(default_factory=dict)  # object name -> why it could not be parsed
 
 
 @dataclass(frozen=True)
@@ -71,15 +77,21 @@ class CacheView:
     reservations: tuple[ReservationRecord, ...]
     synced: bool
     errors: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # "<kind> <name>: <why>" of each object left out because it did not parse
 
 
 class ClusterCache:
     """Watches RayCluster ``namespace/name``, its pods (label ``ray.io/cluster``) and its reservation ConfigMaps."""
 
-    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
+    def __init__(self, api_client: Any, namespace: str, name: str,
+                 on_problem: Callable[[str], None] | None = None) -> None:
+        """``on_problem(message)`` hears once of each distinct value or object that did not parse."""
         from kubernetes import client
         core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
         self.namespace, self.name = namespace, name
+        self._on_problem = on_problem or (lambda message: log.warning("unparsable object: %s", message))
+        self._reported: set[str] = set()
+        self._report_lock = threading.Lock()
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -126,7 +138,8 @@ class ClusterCache:
             pods = tuple(sorted(self.kinds["pods"].items.values(), key=lambda p: p.name))
             res = tuple(sorted(self.kinds["reservations"].items.values(), key=lambda r: r.name))
             errors = tuple(f"{k.name}: {k.error}" for k in self.kinds.values() if k.error)
-            return CacheView(rc, pods, res, all(k.synced for k in self.kinds.values()), errors)
+            skipped = tuple(f"{k.name} {n}: {why}" for k in self.kinds.values() for n, why in sorted(k.skipped.items()))
+            return CacheView(rc, pods, res, all(k.synced for k in self.kinds.values()), errors, skipped)
 
     def _cluster_locked(self) -> RayClusterView | None:
         """The watched RayCluster, or the one we wrote while the watch still shows the version we wrote over."""
@@ -185,11 +198,12 @@ class ClusterCache:
     def _list(self, kind: _Kind) -> None:
         resp = kind.list_fn(*kind.args, **kind.kwargs, _preload_content=False, _request_timeout=LIST_TIMEOUT_S)
         body = json.loads(resp.data)
-        items = {}
-        for obj in body.get("items") or []:
-            items[obj["metadata"]["name"]] = kind.parse(_with_namespace(obj, self.namespace))
+        items: dict[str, Any] = {}
+        skipped: dict[str, str] = {}
+        problems = [m for obj in body.get("items") or [] for m in self._parse_into(kind, obj, items, skipped)]
+        self._report(problems)
         with self._lock:
-            kind.items, kind.synced, kind.error = items, True, None
+            kind.items, kind.skipped, kind.synced, kind.error = items, skipped, True, None
             kind.resource_version = body["metadata"]["resourceVersion"]
             kind.lists += 1
             self._lock.notify_all()
@@ -207,14 +221,46 @@ class ClusterCache:
                     return
                 obj = ev.get("object") or {}
                 md = obj.get("metadata") or {}
+                problems: list[str] = []
                 with self._lock:
                     if md.get("resourceVersion"):
                         kind.resource_version = md["resourceVersion"]
                     if ev["type"] == "DELETED":
                         kind.items.pop(md.get("name"), None)
+                        kind.skipped.pop(md.get("name"), None)
                     elif ev["type"] in ("ADDED", "MODIFIED"):
-                        kind.items[md["name"]] = kind.parse(_with_namespace(obj, self.namespace))
+                        problems = self._parse_into(kind, obj, kind.items, kind.skipped)
                     self._lock.notify_all()
+                self._report(problems)  # outside the lock: the sidecar's reporter writes an Event
+
+    def _parse_into(self, kind: _Kind, obj: dict[str, Any], items: dict[str, Any],
+                    skipped: dict[str, str]) -> list[str]:
+        """Parse one object into ``items``; one that does not parse is left out and named in ``skipped``.
+
+        Returns the messages to report: why it was left out, or each value that took a default.
+        """
+        name = str((obj.get("metadata") or {}).get("name", "?"))
+        try:
+            parsed = kind.parse(_with_namespace(obj, self.namespace))
+        except Exception as e:  # noqa: BLE001 - one bad object must not stop the kind from syncing
+            items.pop(name, None)  # never plan from a stale copy of it either
+            skipped[name] = f"{type(e).__name__}: {e}"
+            return [f"{kind.name} {self.namespace}/{name} left out: cannot parse it: {skipped[name]}"]
+        items[name] = parsed
+        skipped.pop(name, None)
+        return [p.message for p in getattr(parsed, "problems", ())]
+
+    def _report(self, messages: list[str]) -> None:
+        """Hand each message not reported before to ``on_problem``; never raises."""
+        for message in messages:
+            with self._report_lock:
+                if message in self._reported:
+                    continue
+                self._reported.add(message)
+            try:
+                self._on_problem(message)
+            except Exception as e:  # noqa: BLE001 - reporting must not stop the watch
+                log.warning("reporting a parse problem failed: %s (%s)", e, message)
 
 
 def _with_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:

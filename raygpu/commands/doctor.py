@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from raygpu.commands.argtypes import seconds
 from raygpu.doctor.run import run
 
 DESCRIPTION = """\
@@ -50,8 +51,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON (DoctorReport + exit_code)")
     p.add_argument("--nvml", action="store_true",
                    help="also probe NVML on every Ray node (a num_cpus=0 task pinned to each node; connects a driver)")
-    p.add_argument("--orphan-grace", type=float, default=None, metavar="SECONDS",
-                   help="a Running pod younger than this is not an orphan yet (default 120)")
+    p.add_argument("--orphan-grace", type=seconds(minimum=0.0), default=None, metavar="SECONDS",
+                   help="a Running pod younger than this is not an orphan yet: finite, >= 0 (default 120)")
     p.add_argument("--node-selector", "-l", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                    help="check only the Kubernetes nodes with these labels (e.g. the RayCluster's node pool)")
     p.add_argument("--no-repair", action="store_true",

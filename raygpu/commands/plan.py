@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from raygpu.errors import InfeasibleError, PermanentError, TransientError
+from raygpu.errors import InfeasibleError, PermanentError, RayGpuError, TransientError
+
+MAX_COUNT = 10_000  # --count above this is a typo, not a gang
 
 
 def register(sub) -> None:
@@ -14,12 +16,14 @@ def register(sub) -> None:
                        description="Read RayCluster NAMESPACE/CLUSTER and print which worker pods a placement group "
                                    "of BUNDLES would reserve, with which gang backend. Writes nothing.",
                        epilog='example: raygpu plan --cluster tenant-a -n team-a --bundle GPU=8,CPU=8 --count 6 '
-                              '--strategy STRICT_SPREAD')
+                              '--strategy STRICT_SPREAD\n\nexit codes: 0 a plan, 1 infeasible, 2 bad input (checked '
+                              'before connecting), an invalid RayCluster, or cannot reach the cluster',
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cluster", required=True, help="RayCluster name")
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("--bundle", action="append", required=True,
                    help='one bundle as RES=AMOUNT[,RES=AMOUNT], e.g. "GPU=8,CPU=8"; repeat for more')
-    p.add_argument("--count", type=int, default=1, help="repeat the bundle list this many times (default 1)")
+    p.add_argument("--count", type=_count, default=1, help="repeat the bundle list this many times (default 1)")
     p.add_argument("--strategy", default="PACK", help="PACK | SPREAD | STRICT_PACK | STRICT_SPREAD")
     p.add_argument("--backend", default=None, help="coscheduling | kueue | volcano | none (default: annotation)")
     p.add_argument("--queue", default=None)
@@ -28,23 +32,50 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= n <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_COUNT}, got {n}")
+    return n
+
+
 def parse_bundle(text: str) -> dict[str, float]:
+    """``"GPU=8,CPU=8"`` -> {"GPU": 8.0, "CPU": 8.0}; PermanentError unless every amount is finite and > 0."""
+    from raygpu.model.gang import check_bundle
     out = {}
     for part in text.split(","):
         key, eq, val = part.partition("=")
-        if not eq:
+        if not eq or not key.strip():
             raise PermanentError(f"bundle item {part!r} is not RES=AMOUNT")
         try:
             out[key.strip()] = float(val)
         except ValueError:
             raise PermanentError(f"bundle item {part!r}: {val!r} is not a number") from None
-    return out
+    return check_bundle(out)
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"raygpu plan: {message}", file=sys.stderr)
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the plan (0), or why there is none: infeasible (1), or one line and 2 for bad input, an
+    invalid or unknown RayCluster, a refused credential or an unreachable cluster. Input is checked
+    before anything is contacted."""
     from raygpu.gang.api import plan_placement_group
+    from raygpu.model.gang import Backend, Strategy, parse_enum
     try:
         bundles = [parse_bundle(b) for b in args.bundle] * args.count
+        parse_enum(Strategy, args.strategy, "placement strategy")
+        if args.backend is not None:
+            parse_enum(Backend, args.backend, "gang backend")
+    except PermanentError as e:
+        return _fail(2, str(e))
+    try:
         plan = plan_placement_group(bundles, args.strategy, cluster=args.cluster, namespace=args.namespace,
                                     backend=args.backend, queue=args.queue, kubeconfig=args.kubeconfig)
     except InfeasibleError as e:
@@ -53,11 +84,9 @@ def run(args: argparse.Namespace) -> int:
               else f"infeasible: {e}", file=sys.stdout if args.json else sys.stderr)
         return 1
     except TransientError as e:
-        print(f"cannot reach the cluster: {e}", file=sys.stderr)
-        return 2
-    except PermanentError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return _fail(2, f"cannot reach the cluster: {e}")
+    except RayGpuError as e:
+        return _fail(2, str(e))
     if args.json:
         print(plan.model_dump_json(indent=2))
         return 0

@@ -9,6 +9,8 @@ import signal
 import threading
 from pathlib import Path
 
+from raygpu.commands.argtypes import port, seconds
+
 log = logging.getLogger("raygpu.sidecar")
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -30,14 +32,19 @@ RayCluster annotations:
   raygpu.io/idle-timeout           e.g. 300s, 10m       (default 10m)
   raygpu.io/idle-timeout.<group>   per worker group override
 A bad value gives a Warning Event InvalidAnnotation on the RayCluster (once
-per value) and the safe default; the sidecar keeps running.
+per value) and the safe default; the sidecar keeps running. So does a value
+of the RayCluster or its pods that does not parse (rayStartParams num-gpus
+"abc", a start command with --num-gpus=$(N)): a Warning Event InvalidSpec
+naming the object, and the safe default (the container's limit).
 
-Reports: Prometheus metrics on :<--metrics-port>/metrics, Events ScaledDown /
+Reports: Prometheus metrics on <--metrics-address>:<--metrics-port>/metrics, Events ScaledDown /
 ScaleDownDryRun / ReservationReleased on the RayCluster, one log line per
 decision that changed and per cycle (JSON with --json-logs).
 
 SIGTERM or SIGINT stop it between cycles. Exit codes: 0 stopped cleanly,
-1 the last --once cycle failed, 2 bad usage or no access to the cluster.
+1 the last --once cycle failed, 2 bad usage (checked before anything is
+contacted: numbers finite and in range, the metrics port free) or no access
+to the cluster (no kubeconfig, unreachable, credential refused).
 """
 
 
@@ -52,10 +59,13 @@ def register(subparsers) -> None:
                    help="GCS address host:port (default: $RAY_ADDRESS, else 127.0.0.1:6379)")
     p.add_argument("--kubeconfig", default=None,
                    help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else in-cluster)")
-    p.add_argument("--interval-s", type=_positive, default=10.0, help="seconds between cycles (default 10)")
+    p.add_argument("--interval-s", type=_positive, default=10.0,
+                   help="seconds between cycles: finite, > 0 (default 10)")
     p.add_argument("--once", action="store_true",
                    help="run one cycle (re-planning at once after a conflict) and exit")
-    p.add_argument("--metrics-port", type=int, default=9108, help="Prometheus port; 0 disables (default 9108)")
+    p.add_argument("--metrics-port", type=port, default=9108, help="Prometheus port; 0 disables (default 9108)")
+    p.add_argument("--metrics-address", default="0.0.0.0",
+                   help="address the metrics server binds (default 0.0.0.0: every interface)")
     p.add_argument("--json-logs", action="store_true", help="one JSON object per log line")
     p.add_argument("--startup-grace-s", type=_non_negative, default=120.0,
                    help="a worker younger than this is never idle (default 120)")
@@ -66,18 +76,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _positive(s: str) -> float:
-    v = float(s)
-    if not v > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return v
-
-
-def _non_negative(s: str) -> float:
-    v = float(s)
-    if not v >= 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return v
+_positive = seconds(minimum=0.0, inclusive=False)
+_non_negative = seconds(minimum=0.0)
 
 
 def _where(args: argparse.Namespace, kube) -> tuple[str, str]:
@@ -94,6 +94,24 @@ def _where(args: argparse.Namespace, kube) -> tuple[str, str]:
     return ns, cluster
 
 
+def _problem_reporter(kube, namespace: str, cluster: str):
+    """The watch cache's ``on_problem``: a warning log line and a Warning Event InvalidSpec on the RayCluster."""
+    from raygpu.errors import RayGpuError
+
+    def report(message: str) -> None:
+        log.warning("invalid-spec", extra={"fields": {"namespace": namespace, "cluster": cluster, "problem": message}})
+        try:
+            rc = kube.get("ray.io/v1", "RayCluster", cluster, namespace)  # the Event needs its uid
+            if rc is None:
+                return
+            involved = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster, "namespace": namespace,
+                        "uid": rc["metadata"].get("uid", "")}
+            kube.event(involved, "InvalidSpec", message, type_="Warning", component="raygpu-sidecar")
+        except RayGpuError as e:
+            log.warning("event-failed", extra={"fields": {"reason": "InvalidSpec", "error": str(e)}})
+    return report
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
     import time
@@ -106,14 +124,21 @@ def run(args: argparse.Namespace) -> int:
     from raygpu.reclaim.metrics import SidecarMetrics
 
     logs.setup(args.json_logs)
+    metrics = SidecarMetrics()
+    try:  # before contacting anything: a port in use or a bad address is bad usage
+        server = metrics.serve(args.metrics_port, args.metrics_address) if args.metrics_port else None
+    except (OSError, ValueError) as e:
+        print(f"raygpu sidecar: cannot serve metrics on {args.metrics_address}:{args.metrics_port}: {e}",
+              file=sys.stderr)
+        return 2
     try:
         kube = KubeAdapter(args.kubeconfig)
         namespace, cluster = _where(args, kube)
-    except RayGpuError as e:
-        print(f"raygpu sidecar: {e}", file=sys.stderr)
-        return 2
     except Exception as e:  # noqa: BLE001 - e.g. no kubeconfig and not in a pod: bad usage, not a crash
-        print(f"raygpu sidecar: cannot reach Kubernetes: {type(e).__name__}: {e}", file=sys.stderr)
+        if server is not None:
+            server.shutdown()
+        print(f"raygpu sidecar: {e}" if isinstance(e, RayGpuError) else
+              f"raygpu sidecar: cannot reach Kubernetes: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()
 
@@ -126,9 +151,7 @@ def run(args: argparse.Namespace) -> int:
     config = SidecarConfig(namespace=namespace, cluster=cluster, ray_address=args.ray_address,
                            interval_s=args.interval_s, startup_grace_s=args.startup_grace_s,
                            heartbeat_timeout_s=args.heartbeat_timeout_s)
-    metrics = SidecarMetrics()
-    server = metrics.serve(args.metrics_port) if args.metrics_port else None
-    cache = ClusterCache(kube.api, namespace, cluster).start()
+    cache = ClusterCache(kube.api, namespace, cluster, on_problem=_problem_reporter(kube, namespace, cluster)).start()
     pause = args.debug_pause_before_apply_s
     reclaimer = Reclaimer(kube, cache, config, metrics,
                           before_apply=(lambda plan: time.sleep(pause)) if pause else None)

@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             view = kube.get_raycluster(ns, cluster)
             templates = view.worker_groups
+            notes += [f"invalid value (safe default used): {p.message}" for p in view.problems]
         except RayGpuError as e:
             return fail(f"cannot read RayCluster {ns}/{cluster}: {e}")
     if address is None:

@@ -3,10 +3,17 @@
 ``RayClusterView.from_k8s`` parses the dict a Kubernetes client returns into
 frozen models; no ``dict[str, Any]`` leaves this module except the raw
 ``template`` of each worker group, kept so that a reservation can copy it.
+
+Parsing never fails on one bad value: a quantity that is not one (``"abc"``),
+a ``rayStartParams`` number that is not a finite number >= 0, a replica count
+that is not an integer each take a safe default and are recorded as a
+:class:`ParseProblem` in the view (``RayClusterView.problems``), for the caller
+to report. The raw ``rayStartParams`` are kept as written.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import Field
@@ -34,8 +41,44 @@ def parse_quantity(value: str | int | float) -> float:
     return float(s)  # plain number or exponent form like "1e3"
 
 
-def _resource_map(raw: dict[str, Any] | None) -> dict[str, float]:
-    return {k: parse_quantity(v) for k, v in (raw or {}).items()}
+class ParseProblem(Frozen):
+    """One value of a Kubernetes object raygpu could not use: where, which field, why, what it used instead."""
+
+    obj: str  # e.g. "RayCluster team-a/rc group 'gpu'", "Pod team-a/rc-gpu-x"
+    field: str  # e.g. "rayStartParams.num-gpus", "limits.nvidia.com/gpu"
+    value: str
+    reason: str
+    default_used: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.obj}: {self.field}={self.value!r} {self.reason}; using {self.default_used}"
+
+
+def param_number(value: str | None) -> float | None:
+    """A rayStartParams number (``num-gpus``, ``num-cpus``) as ray start reads it; None when not finite and >= 0."""
+    if value is None:
+        return None
+    try:
+        v = float(str(value).strip().strip("'\""))
+    except ValueError:
+        return None
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+def resource_map(raw: Any, obj: str, field: str, problems: list[ParseProblem]) -> dict[str, float]:
+    """Parse a ``{name: quantity}`` map; a value that is no quantity is left out and recorded in ``problems``."""
+    out: dict[str, float] = {}
+    for k, v in (raw.items() if isinstance(raw, dict) else ()):
+        try:
+            q = parse_quantity(v)
+            if not math.isfinite(q):
+                raise ValueError("not finite")
+            out[k] = q
+        except (ValueError, TypeError):
+            problems.append(ParseProblem(obj=obj, field=f"{field}.{k}", value=str(v),
+                                         reason="is not a Kubernetes quantity", default_used=f"no {k}"))
+    return out
 
 
 
@@ -55,19 +98,22 @@ class GroupTemplate(Frozen):
     workers_to_delete: tuple[str, ...] = ()
     suspended: bool = False
     template: dict[str, Any] = Field(default_factory=dict, repr=False)  # raw pod template
+    problems: tuple[ParseProblem, ...] = ()  # values of this group's spec that took a safe default
 
     @property
     def ray_gpus(self) -> float:
-        """GPUs Ray will count on a pod of this group, as KubeRay computes it."""
-        if "num-gpus" in self.ray_start_params:
-            return float(self.ray_start_params["num-gpus"])
-        return ray_gpu_count_from_limits(self.limits)
+        """GPUs Ray will count on a pod of this group, as KubeRay computes it.
+
+        rayStartParams ``num-gpus`` when it is a number, else (absent or bad) the container limit.
+        """
+        given = param_number(self.ray_start_params.get("num-gpus"))
+        return given if given is not None else ray_gpu_count_from_limits(self.limits)
 
     @property
     def ray_cpus(self) -> float:
-        if "num-cpus" in self.ray_start_params:
-            return float(self.ray_start_params["num-cpus"])
-        return self.limits.get("cpu", self.requests.get("cpu", 0.0))
+        """rayStartParams ``num-cpus`` when it is a number, else (absent or bad) the CPU limit or request."""
+        given = param_number(self.ray_start_params.get("num-cpus"))
+        return given if given is not None else self.limits.get("cpu", self.requests.get("cpu", 0.0))
 
 
 class RayClusterView(Frozen):
@@ -80,6 +126,11 @@ class RayClusterView(Frozen):
     head: GroupTemplate
     worker_groups: tuple[GroupTemplate, ...] = ()
     autoscaling_enabled: bool = False
+
+    @property
+    def problems(self) -> tuple[ParseProblem, ...]:
+        """Every value of the spec that took a safe default, head first, then the worker groups in order."""
+        return self.head.problems + tuple(p for g in self.worker_groups for p in g.problems)
 
     def group(self, name: str) -> GroupTemplate | None:
         return next((g for g in self.worker_groups if g.group_name == name), None)
@@ -95,9 +146,10 @@ class RayClusterView(Frozen):
         meta = obj.get("metadata", {})
         spec = obj.get("spec", {})
         head_spec = spec.get("headGroupSpec", {})
-        head = _group_from_spec("head", head_spec, is_head=True)
+        where = f"RayCluster {meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        head = _group_from_spec("head", head_spec, is_head=True, where=where)
         workers = tuple(
-            _group_from_spec(w.get("groupName", f"group-{i}"), w, is_head=False)
+            _group_from_spec(w.get("groupName", f"group-{i}"), w, is_head=False, where=where)
             for i, w in enumerate(spec.get("workerGroupSpecs") or [])
         )
         return cls(
@@ -113,23 +165,61 @@ class RayClusterView(Frozen):
         )
 
 
-def _group_from_spec(name: str, spec: dict[str, Any], *, is_head: bool) -> GroupTemplate:
+def _group_from_spec(name: str, spec: dict[str, Any], *, is_head: bool, where: str) -> GroupTemplate:
     template = spec.get("template") or {}
     containers = (template.get("spec") or {}).get("containers") or [{}]
     res = containers[0].get("resources") or {}  # KubeRay: the Ray container is index 0
-    replicas = spec.get("replicas", 1 if is_head else 0)
+    obj = f"{where} {'head group' if is_head else f'group {name!r}'}"
+    problems: list[ParseProblem] = []
+    params = {k: str(v) for k, v in (spec.get("rayStartParams") or {}).items()}
+    limits = resource_map(res.get("limits"), obj, "limits", problems)
+    requests = resource_map(res.get("requests"), obj, "requests", problems)
+    if "num-gpus" in params and param_number(params["num-gpus"]) is None:
+        problems.append(ParseProblem(obj=obj, field="rayStartParams.num-gpus", value=params["num-gpus"],
+                                     reason="is not a number >= 0",
+                                     default_used=f"the container's GPU limit ({ray_gpu_count_from_limits(limits):g})"))
+    if "num-cpus" in params and param_number(params["num-cpus"]) is None:
+        problems.append(ParseProblem(obj=obj, field="rayStartParams.num-cpus", value=params["num-cpus"],
+                                     reason="is not a number >= 0", default_used="the container's CPU limit"))
+    if "memory" in params:
+        try:
+            parse_quantity(params["memory"])
+        except ValueError:
+            problems.append(ParseProblem(obj=obj, field="rayStartParams.memory", value=params["memory"],
+                                         reason="is not a Kubernetes quantity",
+                                         default_used="the container's memory limit"))
+    replicas = _int(spec, "replicas", 1 if is_head else 0, 0, obj, problems)
     return GroupTemplate(
         group_name=name,
         is_head=is_head,
-        replicas=int(replicas if replicas is not None else 0),
-        min_replicas=int(spec.get("minReplicas", 0) or 0),
-        max_replicas=int(spec.get("maxReplicas", 2**31 - 1) if not is_head else 1),
-        requests=_resource_map(res.get("requests")),
-        limits=_resource_map(res.get("limits")),
-        ray_start_params={k: str(v) for k, v in (spec.get("rayStartParams") or {}).items()},
+        replicas=replicas,
+        # a bad minimum keeps every worker (headroom 0); a bad maximum is KubeRay's default (growth is
+        # judged optimistically: keeping a worker too long is the safe error)
+        min_replicas=_int(spec, "minReplicas", 0, replicas, obj, problems),
+        max_replicas=_int(spec, "maxReplicas", 2**31 - 1, 2**31 - 1, obj, problems) if not is_head else 1,
+        requests=requests,
+        limits=limits,
+        ray_start_params=params,
         ray_labels={k: str(v) for k, v in (spec.get("labels") or {}).items()},
         scheduler_name=(template.get("spec") or {}).get("schedulerName"),
         workers_to_delete=tuple((spec.get("scaleStrategy") or {}).get("workersToDelete") or ()),
         suspended=bool(spec.get("suspend", False)),
         template=template,
+        problems=tuple(problems),
     )
+
+
+def _int(spec: dict[str, Any], key: str, absent: int, bad: int, obj: str, problems: list[ParseProblem]) -> int:
+    """``spec[key]`` as an int >= 0: ``absent`` when missing or null, ``bad`` (recorded) when not an integer."""
+    raw = spec.get(key)
+    if raw is None:
+        return absent
+    try:
+        value = int(raw)
+        if value < 0 or isinstance(raw, bool) or (isinstance(raw, float) and raw != value):
+            raise ValueError
+        return value
+    except (ValueError, TypeError):
+        problems.append(ParseProblem(obj=obj, field=key, value=str(raw), reason="is not an integer >= 0",
+                                     default_used=str(bad)))
+        return bad

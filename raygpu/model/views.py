@@ -18,6 +18,7 @@ from enum import Enum
 from pydantic import Field
 
 from raygpu.model.base import Frozen
+from raygpu.model.raycluster import ParseProblem
 
 
 
@@ -101,6 +102,7 @@ class K8sNodeView(Frozen):
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    problems: tuple[ParseProblem, ...] = ()  # values the adapter could not parse (left out)
 
 
 class K8sPodView(Frozen):
@@ -120,7 +122,8 @@ class K8sPodView(Frozen):
     ray_cluster: str | None = None  # label ray.io/cluster
     ray_group: str | None = None  # label ray.io/group
     ray_node_type: str | None = None  # label ray.io/node-type: head | worker
-    ray_start_num_gpus: float | None = None  # rayStartParams["num-gpus"] of its group, if set
+    ray_start_num_gpus: float | None = None  # rayStartParams["num-gpus"] of its group, if set and a number
+    problems: tuple[ParseProblem, ...] = ()  # values the adapter could not parse (safe default used)
 
     @property
     def is_head(self) -> bool:

@@ -41,7 +41,13 @@ def template_capacity(group: GroupTemplate) -> dict[str, float]:
     GPU and CPU follow KubeRay (``num-gpus``/``num-cpus`` else the container
     limits); memory is rayStartParams ``memory``, else the memory limit (which
     KubeRay passes as ``--memory``), else the memory request.
+
+    Raises PermanentError naming the value when the group's spec has one that did
+    not parse (``group.problems``): a reservation must not copy a template whose pods
+    Ray cannot start with the resources the plan assumes.
     """
+    if group.problems:
+        raise PermanentError("invalid worker group template: " + "; ".join(p.message for p in group.problems))
     params = group.ray_start_params
     if "memory" in params:
         memory = parse_quantity(params["memory"])

@@ -90,3 +90,38 @@ def test_cache_serves_our_own_write_until_the_watch_catches_up():
     assert cache.wait_cluster_change(str(RV0), 0.1)
     kind.items["rc"] = RayClusterView.from_k8s(at(RV0 + 2))
     assert cache.view().cluster.resource_version == str(RV0 + 2)  # someone wrote after us: trust the watch
+
+
+def test_one_unparsable_pod_neither_stops_the_sync_nor_hides_the_others():
+    """A pod whose start command says --num-gpus=$(N) and one that cannot be parsed at all: the pod kind
+    still syncs, every other pod is there, and each problem is reported once, naming the pod."""
+    from kubernetes.client import ApiClient, Configuration
+
+    from raygpu.adapters.kube_watch import ClusterCache
+    reported: list[str] = []
+    cache = ClusterCache(ApiClient(Configuration()), NS, "rc", on_problem=reported.append)
+    odd = _pod_obj("odd", "8")
+    odd["spec"]["containers"][0]["env"] = [{"name": "KUBERAY_GEN_RAY_START_CMD",
+                                           "value": "ray start --num-gpus=$(N) --block"}]
+    broken = {**_pod_obj("broken", "9"), "metadata": {**_pod_obj("broken", "9")["metadata"],
+                                                      "creationTimestamp": "not a time"}}
+    pods = FakeList([("10", [_pod_obj("a", "7"), odd, broken])], [[("MODIFIED", odd)]])
+    rc, cms = FakeList([("5", [RECORDED])], []), FakeList([("7", [])], [])
+    cache.kinds["pods"].list_fn, cache.kinds["raycluster"].list_fn, cache.kinds["reservations"].list_fn = pods, rc, cms
+    cache.start()
+    try:
+        assert cache.wait_synced(5)
+        deadline = time.monotonic() + 5
+        while len(pods.calls) < 3 and time.monotonic() < deadline:  # the MODIFIED event was read
+            time.sleep(0.02)
+        view = cache.view()
+        assert view.synced and [p.name for p in view.pods] == ["a", "odd"]
+        assert {p.name: p.ray_start_num_gpus for p in view.pods} == {"a": None, "odd": None}
+        assert view.skipped == (f"pods broken: ValueError: Invalid isoformat string: 'not a time'",)
+        assert len(reported) == 2, reported  # the MODIFIED event repeats the problem: still reported once
+        assert any(m.startswith(f"Pod {NS}/odd: env.KUBERAY_GEN_RAY_START_CMD --num-gpus='$(N)'") for m in reported)
+        assert any(m.startswith(f"pods {NS}/broken left out") for m in reported)
+    finally:
+        cache.stop()
+        for f in (pods, rc, cms):
+            f.release.set()

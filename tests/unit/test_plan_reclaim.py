@@ -175,3 +175,13 @@ def test_other_clusters_pods_are_ignored():
     snapshot, cluster = world().worker("w1", idle_for_s=IDLE).obj()
     cluster = cluster.model_copy(update={"name": "other"})
     assert plan_reclaim(snapshot, cluster, ReclaimPolicy(), NOW_S).decisions == ()
+
+
+def test_a_bad_num_gpus_with_a_pending_pg_is_planned_not_raised():
+    """rayStartParams num-gpus "abc" (recorded at parse time) must not make plan_reclaim raise each cycle."""
+    snapshot, cluster = world().worker("w1", idle_for_s=IDLE).pg_pending([{"GPU": 16}]).obj()
+    bad = cluster.worker_groups[0].model_copy(update={"ray_start_params": {"num-gpus": "abc"}})
+    cluster = cluster.model_copy(update={"worker_groups": (bad,)})
+    p = plan_reclaim(snapshot, cluster, ReclaimPolicy(), NOW_S)
+    assert {d.pod_name: d.reason for d in p.decisions}["w1"] is R.IDLE  # no group can host 16 GPUs
+    assert bad.ray_gpus == 8  # the safe default: the container's GPU limit, as KubeRay would use

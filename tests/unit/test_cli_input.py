@@ -1,0 +1,139 @@
+"""CLI input errors: one clear line and exit 2, before anything is contacted; no cluster is exit 2, no traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from raygpu.cli import main
+
+
+@pytest.fixture
+def no_contact(monkeypatch):
+    """Fail the test if a command builds a Kubernetes client."""
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("contacted Kubernetes before checking its input")
+    monkeypatch.setattr("raygpu.adapters.kube.KubeAdapter.__init__", refuse)
+    return calls
+
+
+def _usage_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["doctor", "--orphan-grace", "nan"], "argument --orphan-grace: must be a finite number of seconds, got 'nan'"),
+    (["doctor", "--orphan-grace", "-1"], "argument --orphan-grace: must be >= 0 and <= 3.16224e+07 seconds, got '-1'"),
+    (["doctor", "--orphan-grace", "inf"], "must be a finite number of seconds"),
+    (["doctor", "--orphan-grace", "soon"], "argument --orphan-grace: 'soon' is not a number of seconds"),
+    (["sidecar", "--interval-s", "inf"], "argument --interval-s: must be a finite number of seconds, got 'inf'"),
+    (["sidecar", "--interval-s", "0"], "argument --interval-s: must be > 0"),
+    (["sidecar", "--startup-grace-s", "nan"], "argument --startup-grace-s: must be a finite number"),
+    (["sidecar", "--heartbeat-timeout-s", "-5"], "argument --heartbeat-timeout-s: must be > 0"),
+    (["sidecar", "--metrics-port", "-1"], "argument --metrics-port: a port is 0..65535, got -1"),
+    (["sidecar", "--metrics-port", "70000"], "argument --metrics-port: a port is 0..65535, got 70000"),
+    (["plan", "--cluster", "rc", "--bundle", "GPU=1", "--count", "0"], "argument --count: must be between 1 and"),
+])
+def test_numeric_options_are_checked_before_anything_is_contacted(argv, says, capsys, no_contact):
+    assert says in _usage_error(argv, capsys)
+    assert no_contact == []
+
+
+@pytest.mark.parametrize("bundle, says", [
+    ("GPU=nan", "amounts must be finite and > 0"),
+    ("GPU=-1", "amounts must be finite and > 0"),
+    ("GPU", "is not RES=AMOUNT"),
+    ("=1", "is not RES=AMOUNT"),
+    ("GPU=x", "'x' is not a number"),
+])
+def test_plan_bad_bundle_exits_2_before_connecting(bundle, says, capsys, no_contact):
+    assert main(["plan", "--cluster", "rc", "--bundle", bundle]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("raygpu plan: ") and says in err and err.count("\n") == 1, err
+    assert no_contact == []
+
+
+def test_plan_unknown_strategy_exits_2_before_connecting(capsys, no_contact):
+    assert main(["plan", "--cluster", "rc", "--bundle", "GPU=1", "--strategy", "PACKED"]) == 2
+    assert "unknown placement strategy 'PACKED'" in capsys.readouterr().err
+    assert no_contact == []
+
+
+def test_sidecar_metrics_port_in_use_exits_2_before_connecting(capsys, no_contact):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        port = taken.getsockname()[1]
+        code = main(["sidecar", "--cluster", "rc", "--namespace", "ns", "--metrics-address", "127.0.0.1",
+                     "--metrics-port", str(port)])
+    finally:
+        taken.close()
+    assert code == 2
+    assert f"raygpu sidecar: cannot serve metrics on 127.0.0.1:{port}: " in capsys.readouterr().err
+    assert no_contact == []
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "--cluster", "rc", "--bundle", "GPU=1"],
+    ["sidecar", "--once", "--cluster", "rc", "--namespace", "ns", "--metrics-port", "0"],
+])
+def test_no_kubeconfig_and_not_in_a_pod_is_one_line_and_exit_2(command, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    r = subprocess.run([sys.executable, "-m", "raygpu.cli", *command], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"raygpu {command[0]}: no Kubernetes configuration: no kubeconfig (Invalid kube-config file. No "
+        "configuration found.) and not in a pod (Service host/port is not set.); pass --kubeconfig or set KUBECONFIG"]
+
+
+def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens: connection refused
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                   f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+                   "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: x}}]\n")
+    r = subprocess.run([sys.executable, "-m", "raygpu.cli", "plan", "--cluster", "rc", "--bundle", "GPU=1",
+                        "--kubeconfig", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("raygpu plan: cannot reach the cluster: API discovery at "), lines
+
+
+def test_plan_on_a_cluster_with_a_bad_num_gpus_exits_2_with_one_line(monkeypatch, capsys):
+    import copy
+
+    from raygpu.model.raycluster import RayClusterView
+    from raygpu.testing.builders.recorded import NS, RECORDED
+    obj = copy.deepcopy(RECORDED)
+    obj["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = "abc"
+
+    class Fake:
+        def __init__(self, kubeconfig=None):
+            pass
+
+        def get_raycluster(self, namespace, name):
+            return RayClusterView.from_k8s(obj)
+    monkeypatch.setattr("raygpu.gang.reservation.KubeAdapter", Fake)
+    name = obj["metadata"]["name"]
+    assert main(["plan", "--cluster", name, "-n", NS, "--bundle", "GPU=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"raygpu plan: invalid worker group template: RayCluster {NS}/{name} group ")
+    assert "rayStartParams.num-gpus='abc' is not a number >= 0" in err
