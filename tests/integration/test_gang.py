@@ -20,7 +20,7 @@ from raygpu.model.labels import ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LAB
 from raygpu.model.shapes import GpuKind
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
-from raygpu.testing.procs import TestbedError
+from raygpu.testing import procs
 from tests.integration.util import alive_ray_nodes, pods, popen_as_foreground, ray_address, wait_for
 
 
@@ -158,7 +158,7 @@ def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path, when)
     assert proc.returncode == 130 and any(e["event"] == "interrupted" for e in after), said
     try:
         wait_for("nothing left after Ctrl-C", lambda: _nothing_left(kube, ns, cluster) or None, 90)
-    except TestbedError:
+    except procs.TestbedError:
         logs = sorted(Path(tempfile.gettempdir()).glob(f"raygpu-finisher-{ns}-*.log"))
         pytest.fail(f"left after Ctrl-C: {_leftovers(kube, ns, cluster)}\ndriver:\n{said}\nfinisher: "
                     + "\n".join(f"{p}: {p.read_text()[-2000:]}" for p in logs))
