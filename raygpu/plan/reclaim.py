@@ -3,9 +3,11 @@
 ``plan_reclaim`` is pure: no clock (``now_s`` is an argument), no I/O, no state
 between calls; the same input always gives an equal plan. It never deletes the
 head, a worker holding a placement-group bundle, a member of a live
-reservation, a worker a pending or rescheduling PG needs to fit, or a worker
-that would take its group below ``minReplicas``. Among the workers it may
-delete it prefers those whose removal frees whole Kubernetes nodes.
+reservation, a worker a pending or rescheduling PG needs to fit (``plan.pending``:
+a PG that can be placed now can still be placed after the plan, or the workers
+stay), or a worker that would take its group below ``minReplicas``. Among the
+workers it may delete it prefers those whose removal frees whole Kubernetes
+nodes. Capacity counts only on Ray nodes whose pod exists and is not going away.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from raygpu.model.reclaim import (
     ReclaimReason,
 )
 from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeView, Snapshot
+from raygpu.plan.pending import Candidate, Growth, Host, needed_by_pending_pgs
 
-_EPS = 1e-9
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 _GONE_PHASES = ("Succeeded", "Failed")
 R = ReclaimReason
@@ -96,14 +98,17 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         else:
             candidates.append(w)
 
-    # 3. Pending-PG protection: keep the idle candidates that pending or rescheduling
-    # PGs need for their unplaced bundles to fit, after using every node that stays.
-    # It reads step 4's headroom to prefer candidates the group minimum keeps anyway.
+    # 3. Pending-PG protection (plan.pending): keep the idle candidates that pending or
+    # rescheduling PGs need to fit, after using every node that stays. Capacity counts
+    # only on a Ray node whose pod exists and is not on its way out. It reads step 4's
+    # headroom to prefer candidates the group minimum keeps anyway.
     pending, headroom = _headroom(cluster, {p.name for p in pods})
     occupants = _occupants(snapshot, going_away)
-    staying = {n.node_id for n in snapshot.ray.nodes if n.alive} - {
-        ray_by_pod[name].node_id for _, name in going_away if name in ray_by_pod}
-    needed = _needed_by_pending_pgs(snapshot, candidates, staying, headroom, occupants, cluster)
+    needed = {}
+    if any(pg.state in _PENDING for pg in snapshot.ray.placement_groups):
+        needed = needed_by_pending_pgs(snapshot.ray.placement_groups, _hosts(ray_by_pod, pods, going_away),
+                                       _candidates(candidates, occupants), _spare(candidates, headroom),
+                                       _growth(cluster))
     for w in candidates:
         if w.pod.name in needed:
             keep(w, R.NEEDED_BY_PENDING_PG, needed[w.pod.name])
@@ -153,6 +158,44 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         reclaimed_gpus=sum(w.node.gpu_total for w in deleted if w.node),
         idle_gpu_s=sum(w.node.gpu_total * (w.idle_for_s or 0.0) for w in deleted if w.node),
     )
+
+
+def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
+           going_away: set[tuple[str, str]]) -> dict[str, Host]:
+    """Ray node id -> capacity that counts: a live Ray node whose pod (of this cluster) exists, is not
+    deleting, has not ended and is not on its way out (issue 14 item 6: a stale Ray node whose pod is gone
+    hosts nothing)."""
+    out = {}
+    for p in pods:
+        node = ray_by_pod.get(p.name)
+        if node is not None and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
+            out[node.node_id] = Host(node.node_id, node.labels, node.total, node.available)
+    return out
+
+
+def _candidates(candidates: list[_Worker], occupants: dict[str, set[tuple[str, str]]]) -> dict[str, Candidate]:
+    """By Ray node id, ranked least wanted deletion first: shares its node with most staying pods, then
+    with most fellow candidates, then least idle, then node id."""
+    names = {_key(w.pod) for w in candidates}
+    out = {}
+    for w in candidates:
+        d = _defrag_key(w, names, occupants)
+        out[w.node.node_id] = Candidate(w.node.node_id, w.pod.name, w.group,
+                                        ((-d[0], -d[1]), w.idle_for_s or 0.0, w.node.node_id))
+    return out
+
+
+def _spare(candidates: list[_Worker], headroom: dict[str, int]) -> dict[str, int]:
+    """Per group: candidates the group minimum keeps anyway (> 0), the planner's first choice to protect."""
+    spare = {g: -n for g, n in headroom.items()}
+    for w in candidates:
+        spare[w.group] = spare.get(w.group, 0) + 1
+    return spare
+
+
+def _growth(cluster: RayClusterView) -> list[Growth]:
+    return [Growth(g.group_name, max(0, g.max_replicas - g.replicas), g.ray_gpus, g.ray_cpus, g.ray_labels)
+            for g in cluster.worker_groups]
 
 
 def _decision(w: _Worker, action: DecisionAction, reason: ReclaimReason, detail: str) -> Decision:
@@ -214,159 +257,3 @@ def _defrag_key(w: _Worker, candidates: set[tuple[str, str]], occupants: dict[st
         return (1, 0, -(w.idle_for_s or 0.0), w.pod.name)  # unknown node: never "frees" one
     others = occupants.get(w.pod.node_name, set()) - {_key(w.pod)}
     return (len(others - candidates), len(others & candidates), -(w.idle_for_s or 0.0), w.pod.name)
-
-
-def _needed_by_pending_pgs(snapshot: Snapshot, candidates: list[_Worker], staying: set[str],
-                           headroom: dict[str, int], occupants: dict[str, set[tuple[str, str]]],
-                           cluster: RayClusterView) -> dict[str, str]:
-    """Simulate placing the unplaced bundles of every pending or rescheduling PG.
-
-    Nodes that stay are used first (best fit on GPUs), then candidates, picking
-    the one the reclaimer would least like to delete: one its group keeps anyway
-    for the minimum, then one that frees no node, then the least idle. A bundle
-    that fits nowhere now may wait for a busy node that stays (judged on its
-    total resources); failing that it needs a new worker. If no worker group
-    can still grow (below ``maxReplicas``) with a template that could host it,
-    the PG cannot be placed whatever is kept, and it protects nothing (its
-    picks are undone). Every candidate that receives a bundle of a placeable PG is
-    returned (pod name -> why).
-    """
-    nodes = {n.node_id: n for n in snapshot.ray.nodes}
-    by_node = {w.node.node_id: w for w in candidates if w.node is not None}
-    avail = {nid: dict(nodes[nid].available) for nid in sorted(staying | set(by_node)) if nid in nodes}
-    spare = {g: -n for g, n in headroom.items()}  # per group: candidates the minimum keeps anyway
-    for w in candidates:
-        spare[w.group] += 1
-    growth = {g.group_name: max(0, g.max_replicas - g.replicas) for g in cluster.worker_groups}
-    names = {_key(w.pod) for w in candidates}
-    needed: dict[str, str] = {}  # pod name -> why
-    for pg in sorted((p for p in snapshot.ray.placement_groups if p.state in _PENDING), key=lambda p: p.pg_id):
-        undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
-        pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
-        unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
-        for demand, selectors, allowed, used in _units(pg):
-            hosts = [nid for nid in avail if (allowed is None or nid in allowed) and nid not in used
-                     and _fits(demand, avail[nid]) and all(_matches(s, nodes[nid].labels) for s in selectors)]
-            free = [nid for nid in hosts if nid not in by_node or by_node[nid].pod.name in needed]
-            picked = None
-            if free:
-                nid = min(free, key=lambda n: (avail[n].get("GPU", 0.0), n))
-            elif hosts:
-                nid = min(hosts, key=lambda n: (spare[by_node[n].group] <= 0,
-                                               tuple(-x for x in _defrag_key(by_node[n], names, occupants)[:2]),
-                                               by_node[n].idle_for_s or 0.0, n))
-                picked = by_node[nid]
-                needed[picked.pod.name] = f"placement group {pg.name or pg.pg_id} ({pg.state.value}) needs it to fit"
-                spare[picked.group] -= 1
-            else:
-                # nothing free now: a busy node that stays may free up later (judged on its total), else
-                # only a new worker can take it
-                later = [n for n in sorted(staying) if n in nodes and (allowed is None or n in allowed)
-                         and n not in used and all(_matches(sel, nodes[n].labels) for sel in selectors)
-                         and _fits(demand, _minus(nodes[n].total, pg_total.get(n, {})))]
-                if later:
-                    pg_total[later[0]] = _plus(pg_total.get(later[0], {}), demand)
-                    if pg.strategy == "STRICT_SPREAD":
-                        used.add(later[0])
-                else:
-                    unplaced.append((demand, selectors))
-                continue
-            for k, v in demand.items():
-                avail[nid][k] = avail[nid].get(k, 0.0) - v
-            pg_total[nid] = _plus(pg_total.get(nid, {}), demand)
-            undo.append((nid, demand, picked.pod.name if picked else None))
-            if pg.strategy == "STRICT_SPREAD":
-                used.add(nid)
-        if unplaced and not _growth_fits(unplaced, cluster, growth, pg.strategy):
-            for nid, demand, pod in reversed(undo):  # it cannot be placed: keep nothing for it
-                for k, v in demand.items():
-                    avail[nid][k] += v
-                if pod is not None:
-                    del needed[pod]
-                    spare[by_node[nid].group] += 1
-    return needed
-
-
-def _growth_fits(units: list[tuple[dict[str, float], list[dict[str, str]]]], cluster: RayClusterView,
-                 growth: dict[str, int], strategy: str) -> bool:
-    """Could new workers (groups below maxReplicas) host ``units``? Optimistic where a template says
-    nothing (custom resources, labels it does not set): keeping a worker too long is the safe error.
-    Consumes ``growth`` slots when they fit, so later PGs see what is left."""
-    opened: list[tuple[str, dict[str, float]]] = []  # new workers of this PG: (group, Ray resources left)
-    taken: dict[str, int] = defaultdict(int)
-    for demand, selectors in units:
-        spot = None
-        if strategy not in ("STRICT_SPREAD", "STRICT_PACK"):
-            spot = next((o for o in opened if _fits_known(demand, o[1])), None)
-        if spot is None:
-            g = next((g for g in cluster.worker_groups if growth.get(g.group_name, 0) - taken[g.group_name] > 0
-                      and _fits_known(demand, {"GPU": g.ray_gpus, "CPU": g.ray_cpus})
-                      and all(_matches({k: v for k, v in s.items() if k in g.ray_labels}, g.ray_labels)
-                              for s in selectors)), None)
-            if g is None:
-                return False
-            taken[g.group_name] += 1
-            spot = (g.group_name, {"GPU": g.ray_gpus, "CPU": g.ray_cpus})
-            opened.append(spot)
-        for k in ("GPU", "CPU"):
-            if spot[1].get(k, 0.0) > 0:
-                spot[1][k] -= demand.get(k, 0.0)
-    for name, n in taken.items():
-        growth[name] -= n
-    return True
-
-
-def _plus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}
-
-
-def _minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    return {k: v - b.get(k, 0.0) for k, v in a.items()}
-
-
-def _fits_known(demand: dict[str, float], have: dict[str, float]) -> bool:
-    """GPU must fit (a group without GPUs hosts no GPU bundle); CPU must fit when the template says."""
-    if demand.get("GPU", 0.0) > have.get("GPU", 0.0) + _EPS:
-        return False
-    return not (have.get("CPU", 0.0) > 0 and demand.get("CPU", 0.0) > have["CPU"] + _EPS)
-
-
-def _units(pg: PlacementGroupView) -> list[tuple[dict[str, float], list[dict[str, str]], set[str] | None, set[str]]]:
-    """The placement units of a PG's unplaced bundles: (demand, selectors, allowed nodes, excluded nodes).
-
-    STRICT_PACK: one unit, the sum, on the node of a placed bundle if any.
-    STRICT_SPREAD: one per bundle, never on a node that holds another of its bundles
-    (the excluded set is shared and grows as units are placed). Others: one per bundle.
-    Largest GPU demand first.
-    """
-    placed = {n for n in pg.bundle_node_ids if n}
-    unplaced = [i for i in range(len(pg.bundles)) if i >= len(pg.bundle_node_ids) or not pg.bundle_node_ids[i]]
-    unplaced.sort(key=lambda i: (-pg.bundles[i].get("GPU", 0.0), -pg.bundles[i].get("CPU", 0.0), i))
-    sel = [pg.bundle_label_selectors[i] if i < len(pg.bundle_label_selectors) else {} for i in unplaced]
-    if pg.strategy == "STRICT_PACK" and unplaced:
-        total: dict[str, float] = defaultdict(float)
-        for i in unplaced:
-            for k, v in pg.bundles[i].items():
-                total[k] += v
-        return [(dict(total), sel, placed or None, set())]
-    used = placed if pg.strategy == "STRICT_SPREAD" else set()
-    return [(pg.bundles[i], [s], None, used) for i, s in zip(unplaced, sel)]
-
-
-def _fits(demand: dict[str, float], avail: dict[str, float]) -> bool:
-    return all(avail.get(k, 0.0) + _EPS >= v for k, v in demand.items() if v > 0)
-
-
-def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    """Ray label-selector semantics: ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)``."""
-    for key, want in selector.items():
-        negate = want.startswith("!")
-        expr = want[1:] if negate else want
-        have = labels.get(key)
-        if expr.startswith("in(") and expr.endswith(")"):
-            ok = have in {v.strip() for v in expr[3:-1].split(",")}
-        else:
-            ok = have == expr
-        if ok == negate:
-            return False
-    return True

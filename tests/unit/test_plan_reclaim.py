@@ -185,3 +185,51 @@ def test_a_bad_num_gpus_with_a_pending_pg_is_planned_not_raised():
     p = plan_reclaim(snapshot, cluster, ReclaimPolicy(), NOW_S)
     assert {d.pod_name: d.reason for d in p.decisions}["w1"] is R.IDLE  # no group can host 16 GPUs
     assert bad.ray_gpus == 8  # the safe default: the container's GPU limit, as KubeRay would use
+
+
+# Issue 14 items 6 and 7: where the planner before the rewrite deleted a worker a pending PG needs. Each case
+# fails on c879e1c (the plan deleted what is marked NeededByPendingPG here), but the "deleting" one, which
+# guards what already held.
+SAFER = [
+    ("item 6: a Ray node whose pod is gone is not capacity that stays",
+     world().worker("ghost", pod=False, idle_for_s=IDLE).worker("w1", idle_for_s=IDLE).pg_pending([G8]),
+     {"w1": R.NEEDED_BY_PENDING_PG}),
+    ("item 6: nor is one whose pod is deleting",
+     world().worker("gone", deleting=True, idle_for_s=IDLE).worker("w1", idle_for_s=IDLE).pg_pending([G8]),
+     {"gone": R.ALREADY_DELETING, "w1": R.NEEDED_BY_PENDING_PG}),
+    ("item 7: PACK [{GPU:1}, {GPU:1, zone:a}] on two 1-GPU workers at maxReplicas keeps both",
+     world().group("gpu", max_replicas=2, gpus=1).worker("w1", gpus=1, idle_for_s=IDLE, ray_labels={"zone": "a"})
+     .worker("w2", gpus=1, idle_for_s=IDLE, ray_labels={"zone": "b"})
+     .pg_pending([{"GPU": 1}, {"GPU": 1}], selectors=[{}, {"zone": "a"}]),
+     {"w1": R.NEEDED_BY_PENDING_PG, "w2": R.NEEDED_BY_PENDING_PG}),
+    ("item 7: SPREAD with the same selectors, same answer",
+     world().group("gpu", max_replicas=2, gpus=1).worker("w1", gpus=1, idle_for_s=IDLE, ray_labels={"zone": "a"})
+     .worker("w2", gpus=1, idle_for_s=IDLE, ray_labels={"zone": "b"})
+     .pg_pending([{"GPU": 1}, {"GPU": 1}], strategy="SPREAD", selectors=[{}, {"zone": "a"}]),
+     {"w1": R.NEEDED_BY_PENDING_PG, "w2": R.NEEDED_BY_PENDING_PG}),
+    ("item 7: PACK [4,3,3,2,2,2] fills two 8-GPU workers exactly (first fit does not find it)",
+     world().group("gpu", max_replicas=2).worker("w1", idle_for_s=IDLE).worker("w2", idle_for_s=IDLE)
+     .pg_pending([{"GPU": g} for g in (4, 3, 3, 2, 2, 2)]),
+     {"w1": R.NEEDED_BY_PENDING_PG, "w2": R.NEEDED_BY_PENDING_PG}),
+]
+
+
+@pytest.mark.parametrize("case,w,expected", SAFER, ids=[c[0] for c in SAFER])
+def test_pending_pg_that_fits_now_keeps_what_it_needs(case, w, expected):
+    p = plan(w)
+    assert {name: p.decision(name).reason for name in expected} == expected, [p.decision(n).detail for n in expected]
+    assert not set(p.deleted_pods) & set(expected)
+
+
+def test_a_placement_the_planner_cannot_prove_keeps_every_candidate_that_could_host_it(monkeypatch):
+    """Out of search budget: neither a placement nor a proof there is none, so nothing it could use goes."""
+    import raygpu.plan.placement as placement
+
+    monkeypatch.setattr(placement, "BUDGET", 0)
+    p = plan(world().group("gpu", max_replicas=2, gpus=1).worker("w1", gpus=1, idle_for_s=IDLE, ray_labels={"zone": "a"})
+             .worker("w2", gpus=1, idle_for_s=IDLE, ray_labels={"zone": "b"}).worker("w3", gpus=1, idle_for_s=IDLE,
+                                                                                       ray_labels={"zone": "c"})
+             .pg_pending([{"GPU": 1}, {"GPU": 1}], selectors=[{"zone": "in(a,b)"}, {"zone": "a"}]))
+    assert p.decision("w1").reason is R.NEEDED_BY_PENDING_PG and p.decision("w2").reason is R.NEEDED_BY_PENDING_PG
+    assert "cannot prove" in p.decision("w2").detail
+    assert p.deleted_pods == ("w3",)

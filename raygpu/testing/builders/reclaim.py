@@ -50,21 +50,26 @@ class World:
     def worker(self, name: str, *, group: str = "gpu", k8s_node: str | None = None, gpus: float = 8,
                idle_for_s: float | None = None, free_gpus: float | None = None, age_s: float = 3600,
                ray: bool = True, labels: dict[str, str] | None = None,
-               ray_labels: dict[str, str] | None = None, deleting: bool = False) -> "World":
-        """A worker pod; idle_for_s=None means busy (no free GPUs unless free_gpus)."""
+               ray_labels: dict[str, str] | None = None, deleting: bool = False, pod: bool = True,
+               cpus: float = 16) -> "World":
+        """A worker pod; idle_for_s=None means busy (no free GPUs unless free_gpus).
+
+        ``pod=False``: only its Ray node, still reported alive, while the pod is gone (a stale GCS).
+        """
         k8s_node = k8s_node or f"k-{name}"
-        self._k8s_nodes.setdefault(k8s_node, {})
         self._groups.setdefault(group, dict(replicas=None, min_replicas=0, workers_to_delete=(), max_replicas=100,
                                             gpus=gpus))
-        self._pods.append(K8sPodView(
-            name=name, namespace=NAMESPACE, node_name=k8s_node, phase="Running", deleting=deleting,
-            labels=labels or {}, created_at_s=NOW_S - age_s, ray_cluster=CLUSTER, ray_group=group,
-            ray_node_type="worker", requests={"nvidia.com/gpu": gpus}))
+        if pod:
+            self._k8s_nodes.setdefault(k8s_node, {})
+            self._pods.append(K8sPodView(
+                name=name, namespace=NAMESPACE, node_name=k8s_node, phase="Running", deleting=deleting,
+                labels=labels or {}, created_at_s=NOW_S - age_s, ray_cluster=CLUSTER, ray_group=group,
+                ray_node_type="worker", requests={"nvidia.com/gpu": gpus}))
         if ray:
             free = free_gpus if free_gpus is not None else (gpus if idle_for_s is not None else 0.0)
             self._nodes.append(RayNodeView(
                 node_id=f"n-{name}", alive=True, instance_id=name, node_type=group,
-                labels=ray_labels or {}, total={"GPU": gpus, "CPU": 16}, available={"GPU": free, "CPU": 16},
+                labels=ray_labels or {}, total={"GPU": gpus, "CPU": cpus}, available={"GPU": free, "CPU": cpus},
                 idle_since_s=None if idle_for_s is None else NOW_S - idle_for_s))
         return self
 

@@ -1,0 +1,146 @@
+"""Free Ray capacity bucketed by shape, so that a bundle finds its node without scanning every node.
+
+Nodes with the same labels and the same free resources are interchangeable for
+a bundle: a :class:`FreeIndex` keeps one bucket per such shape, and in each
+bucket the nodes that stay (``free`` role) by node id and the idle candidates
+(``cand`` role) per worker group by the planner's preference. A query checks
+each bucket once (fit and label selectors) and reads the best node of each
+fitting bucket from the top of a heap, so its cost grows with the number of
+distinct shapes, not with the number of nodes. Entries are never removed from
+a heap; a node that moves (its free resources or its role change) gets a new
+version and its old entries are skipped when they surface.
+
+Pure helpers, no I/O; shared by the pending-placement-group simulation
+(``plan.pending``) and its exact search (``plan.placement``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+EPS = 1e-9
+FREE, CAND = "free", "cand"
+
+
+def fits(demand: dict[str, float], have: dict[str, float]) -> bool:
+    """Every positive demand is covered by ``have`` (missing keys count as 0)."""
+    return all(have.get(k, 0.0) + EPS >= v for k, v in demand.items() if v > 0)
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """Ray label-selector semantics: ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)``."""
+    for key, want in selector.items():
+        negate = want.startswith("!")
+        expr = want[1:] if negate else want
+        have = labels.get(key)
+        if expr.startswith("in(") and expr.endswith(")"):
+            ok = have in {v.strip() for v in expr[3:-1].split(",")}
+        else:
+            ok = have == expr
+        if ok == negate:
+            return False
+    return True
+
+
+def matches_all(selectors: list[dict[str, str]], labels: dict[str, str]) -> bool:
+    return all(matches(s, labels) for s in selectors)
+
+
+@dataclass
+class _Bucket:
+    labels: dict[str, str]
+    free: dict[str, float]
+    live: int = 0
+    free_heap: list[tuple[str, int]] = field(default_factory=list)  # (node id, version)
+    cand_heaps: dict[str, list[tuple[tuple, str, int]]] = field(default_factory=dict)  # group -> (rank, node, version)
+
+
+class FreeIndex:
+    """Nodes by shape (labels, free resources) and role; see the module docstring.
+
+    ``add``/``move`` place a node; ``best_free`` and ``best_cand`` answer "which node of this role takes
+    this demand", honouring an exclusion set (small: the nodes of one placement group).
+    """
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple, _Bucket] = {}
+        self._where: dict[str, tuple] = {}  # node id -> bucket key
+        self._version: dict[str, int] = {}
+        self.labels: dict[str, dict[str, str]] = {}
+        self.free: dict[str, dict[str, float]] = {}
+        self.role: dict[str, str] = {}
+        self.group: dict[str, str] = {}
+        self.rank: dict[str, tuple] = {}
+
+    def add(self, node_id: str, labels: dict[str, str], free: dict[str, float], role: str,
+            group: str = "", rank: tuple = ()) -> None:
+        self.labels[node_id] = labels
+        self.group[node_id] = group
+        self.rank[node_id] = rank
+        self.move(node_id, free, role)
+
+    def move(self, node_id: str, free: dict[str, float], role: str) -> None:
+        """Give ``node_id`` new free resources and role (its old heap entries go stale)."""
+        old = self._where.get(node_id)
+        if old is not None:
+            bucket = self._buckets[old]
+            bucket.live -= 1
+            if bucket.live == 0:
+                del self._buckets[old]
+        version = self._version.get(node_id, 0) + 1
+        self._version[node_id] = version
+        self.free[node_id] = free
+        self.role[node_id] = role
+        key = (tuple(sorted(self.labels[node_id].items())), tuple(sorted(free.items())))
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(self.labels[node_id], free)
+        bucket.live += 1
+        self._where[node_id] = key
+        if role == FREE:
+            heapq.heappush(bucket.free_heap, (node_id, version))
+        else:
+            heapq.heappush(bucket.cand_heaps.setdefault(self.group[node_id], []), (self.rank[node_id], node_id, version))
+
+    def buckets(self, demand: dict[str, float], selectors: list[dict[str, str]]):
+        """The live buckets whose shape takes ``demand`` and matches every selector."""
+        return [b for b in list(self._buckets.values())
+                if b.live and fits(demand, b.free) and matches_all(selectors, b.labels)]
+
+    def best_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
+        """The lowest node id of the bucket's free role not in ``skip``."""
+        top = self._top(bucket.free_heap, skip, lambda e: (e[0], e[1]))
+        return top[0] if top else None
+
+    def best_cands(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> list[tuple[tuple, str]]:
+        """Per group, the most preferred candidate of the bucket not in ``skip``: [(rank, node id)]."""
+        out = []
+        for heap in bucket.cand_heaps.values():
+            top = self._top(heap, skip, lambda e: (e[1], e[2]))
+            if top:
+                out.append((top[0], top[1]))
+        return out
+
+    def cands(self, bucket: _Bucket) -> list[str]:
+        """Every candidate of the bucket (one pass over its heaps)."""
+        return sorted({e[1] for heap in bucket.cand_heaps.values() for e in heap if self._version.get(e[1]) == e[2]})
+
+    def _top(self, heap: list, skip, node_version):
+        """The first valid entry of ``heap`` whose node is not in ``skip`` (stale entries are dropped)."""
+        held = []
+        found = None
+        while heap:
+            entry = heap[0]
+            node, version = node_version(entry)
+            if self._version.get(node) != version:
+                heapq.heappop(heap)  # stale: the node moved since
+                continue
+            if node in skip:
+                held.append(heapq.heappop(heap))
+                continue
+            found = entry
+            break
+        for entry in held:
+            heapq.heappush(heap, entry)
+        return found

@@ -1,0 +1,258 @@
+"""Which idle candidates pending or rescheduling placement groups need, so that they can still be placed.
+
+Step 3 of ``plan.reclaim.plan_reclaim``. Pure, no pydantic objects: it works on
+:class:`Host` (a Ray node whose capacity counts) and :class:`Candidate` (an
+idle worker the reclaimer could delete) and returns pod name -> why it stays.
+Two passes:
+
+1. **Simulation** (all PGs together, by id): each unplaced bundle goes on a
+   node that stays (best fit on GPUs), else on the candidate the reclaimer
+   least wants to delete, else it may wait for a busy node that stays (judged
+   on its total), else it needs a new worker (``growth``). A PG that fits
+   nowhere, even with new workers, protects nothing. Free capacity is kept in
+   a :class:`~raygpu.plan.free_index.FreeIndex` and each bundle stops at its
+   first fit, so the pass grows with nodes + bundles x shapes, not nodes x
+   bundles.
+2. **Proof** (each PG on its own, on the nodes' free resources now): a PG that
+   can be placed now must still be placeable on what stays. The pass looks for
+   a placement on the nodes that stay; failing that, for one on all counted
+   nodes (``plan.placement.find_placement``, exhaustive up to a step budget)
+   and keeps the candidates it uses. If the search proves there is none, the
+   PG protects nothing; if it runs out of budget, every candidate that could
+   take one of its bundles stays: what cannot be proved safe is not deleted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from raygpu.model.views import PgState, PlacementGroupView
+from raygpu.plan.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
+from raygpu.plan.placement import UNKNOWN, Unit, find_placement, units
+
+_PENDING = (PgState.PENDING, PgState.RESCHEDULING)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A Ray node whose capacity counts: alive, and its pod exists and is not on its way out."""
+
+    node_id: str
+    labels: dict[str, str]
+    total: dict[str, float]
+    available: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An idle worker the reclaimer may delete; ``rank`` orders them, least wanted deletion first."""
+
+    node_id: str
+    pod_name: str
+    group: str
+    rank: tuple
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A worker group that can still add ``slots`` workers, and what one of them offers Ray."""
+
+    name: str
+    slots: int
+    gpus: float
+    cpus: float
+    labels: dict[str, str]
+
+
+def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, Host],
+                          candidates: dict[str, Candidate], spare: dict[str, int],
+                          growth: list[Growth]) -> dict[str, str]:
+    """Pod name -> why, for every candidate a pending or rescheduling PG needs (see the module docstring).
+
+    ``hosts``: every counted node by id (candidates included); ``candidates`` by node id; ``spare``: per
+    group, candidates the group minimum keeps anyway (> 0: prefer them); ``growth`` in spec order.
+    """
+    pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
+    spare = dict(spare)
+    needed, placed = _simulate(pending, hosts, candidates, spare, {g.name: g.slots for g in growth}, growth)
+    _prove([pg for pg in pending if pg.pg_id not in placed], hosts, candidates, spare, needed)
+    return needed
+
+
+def _why(pg: PlacementGroupView, tail: str = "") -> str:
+    return f"placement group {pg.name or pg.pg_id} ({pg.state.value}) needs it to fit{tail}"
+
+
+def _simulate(pending, hosts, candidates, spare, slots, growth) -> tuple[dict[str, str], set[str]]:
+    """Pass 1: (pod name -> why, ids of the PGs it placed entirely on nodes that now stay)."""
+    index = FreeIndex()
+    for nid in sorted(hosts):
+        c = candidates.get(nid)
+        index.add(nid, hosts[nid].labels, dict(hosts[nid].available), CAND if c else FREE,
+                  c.group if c else "", c.rank if c else ())
+    later = _LaterIndex(hosts)
+    needed: dict[str, str] = {}
+    placed: set[str] = set()
+    for pg in pending:
+        undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
+        pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
+        unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
+        us = units(pg)
+        for u in us:
+            nid, picked = _pick(index, u, spare)
+            if nid is None:
+                # nothing free now: a busy node that stays may free up later (judged on its total), else
+                # only a new worker can take it
+                wait = later.first(u, pg_total)
+                if wait is not None:
+                    pg_total[wait] = _plus(pg_total.get(wait, {}), u.demand)
+                    if pg.strategy == "STRICT_SPREAD":
+                        u.excluded.add(wait)
+                else:
+                    unplaced.append((u.demand, u.selectors))
+                continue
+            pod = None
+            if picked:
+                pod = candidates[nid].pod_name
+                needed[pod] = _why(pg)
+                spare[candidates[nid].group] -= 1
+            free = index.free[nid]
+            index.move(nid, {k: free.get(k, 0.0) - u.demand.get(k, 0.0) for k in set(free) | set(u.demand)}, FREE)
+            pg_total[nid] = _plus(pg_total.get(nid, {}), u.demand)
+            undo.append((nid, u.demand, pod))
+            if pg.strategy == "STRICT_SPREAD":
+                u.excluded.add(nid)
+        if unplaced and not _growth_fits(unplaced, growth, slots, pg.strategy):
+            for nid, demand, pod in reversed(undo):  # it cannot be placed: keep nothing for it
+                free = index.free[nid]
+                role = CAND if pod is not None else index.role[nid]
+                index.move(nid, {k: v + demand.get(k, 0.0) for k, v in free.items()}, role)
+                if pod is not None:
+                    del needed[pod]
+                    spare[candidates[nid].group] += 1
+        elif len(undo) == len(us):
+            placed.add(pg.pg_id)  # a placement now, on free resources less other PGs': it holds for the PG alone
+    return needed, placed
+
+
+def _pick(index: FreeIndex, u: Unit, spare: dict[str, int]) -> tuple[str | None, bool]:
+    """(node, is a candidate newly needed): a node that stays first (least free GPU, then id), else the
+    candidate the reclaimer least wants to delete; (None, False) when nothing takes the unit now."""
+    if u.allowed is not None:  # STRICT_PACK with placed bundles: only their nodes, a handful
+        hosts = [n for n in sorted(u.allowed) if n in index.free and n not in u.excluded
+                 and fits(u.demand, index.free[n]) and matches_all(u.selectors, index.labels[n])]
+        free = [n for n in hosts if index.role[n] == FREE]
+        if free:
+            return min(free, key=lambda n: (index.free[n].get("GPU", 0.0), n)), False
+        if hosts:
+            return min(hosts, key=lambda n: (spare[index.group[n]] <= 0, index.rank[n])), True
+        return None, False
+    best_free, best_cand = None, None
+    for bucket in index.buckets(u.demand, u.selectors):
+        nid = index.best_free(bucket, u.excluded)
+        if nid is not None:
+            key = (bucket.free.get("GPU", 0.0), nid)
+            best_free = key if best_free is None or key < best_free else best_free
+        for rank, cid in index.best_cands(bucket, u.excluded):
+            key = (spare[index.group[cid]] <= 0, rank)
+            best_cand = (key, cid) if best_cand is None or key < best_cand[0] else best_cand
+    if best_free is not None:
+        return best_free[1], False
+    if best_cand is not None:
+        return best_cand[1], True
+    return None, False
+
+
+class _LaterIndex:
+    """Counted nodes by (labels, total), ids sorted: the first that could take a unit once its work ends."""
+
+    def __init__(self, hosts: dict[str, Host]) -> None:
+        self._hosts = hosts
+        groups: dict[tuple, list[str]] = defaultdict(list)
+        for nid in sorted(hosts):
+            h = hosts[nid]
+            groups[(tuple(sorted(h.labels.items())), tuple(sorted(h.total.items())))].append(nid)
+        self._groups = [(hosts[ids[0]].labels, hosts[ids[0]].total, ids) for ids in groups.values()]
+
+    def first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
+        def ok(nid: str) -> bool:
+            h = self._hosts[nid]
+            left = {k: v - pg_total.get(nid, {}).get(k, 0.0) for k, v in h.total.items()}
+            return nid not in u.excluded and matches_all(u.selectors, h.labels) and fits(u.demand, left)
+
+        if u.allowed is not None:
+            return next((n for n in sorted(u.allowed) if n in self._hosts and ok(n)), None)
+        best = [n for n in sorted(pg_total) if ok(n)][:1]  # nodes this PG already uses: judged one by one
+        for labels, total, ids in self._groups:
+            if fits(u.demand, total) and matches_all(u.selectors, labels):
+                best += [next((n for n in ids if n not in u.excluded and n not in pg_total), None)]
+        return min((n for n in best if n is not None), default=None)
+
+
+def _prove(pending, hosts, candidates, spare, needed: dict[str, str]) -> None:
+    """Pass 2: make every PG that can be placed now placeable on what stays (adds to ``needed``)."""
+    index = FreeIndex()
+    for nid in sorted(hosts):
+        c = candidates.get(nid)
+        stays = c is None or c.pod_name in needed
+        index.add(nid, hosts[nid].labels, dict(hosts[nid].available), FREE if stays else CAND,
+                  c.group if c else "", c.rank if c else ())
+    for pg in pending:
+        us = units(pg)
+        if not us or find_placement(us, index, spare, candidates_too=False) not in (None, UNKNOWN):
+            continue
+        found = find_placement(us, index, spare, candidates_too=True)
+        if found is None:
+            continue  # proved: it cannot be placed now, with or without the candidates
+        if found is UNKNOWN:
+            keep = {n for u in us for b in index.buckets(u.demand, u.selectors) for n in index.cands(b)
+                    if u.allowed is None or n in u.allowed}
+            tail = " (the planner cannot prove it fits without it)"
+        else:
+            keep = {n for n in found if index.role[n] == CAND}
+            tail = " now"
+        for nid in sorted(keep):
+            needed[candidates[nid].pod_name] = _why(pg, tail)
+            spare[candidates[nid].group] -= 1
+            index.move(nid, index.free[nid], FREE)
+
+
+def _growth_fits(units_left: list[tuple[dict[str, float], list[dict[str, str]]]], growth: list[Growth],
+                 slots: dict[str, int], strategy: str) -> bool:
+    """Could new workers (groups below maxReplicas) host ``units_left``? Optimistic where a template says
+    nothing (custom resources, labels it does not set): keeping a worker too long is the safe error.
+    Consumes ``slots`` when they fit, so later PGs see what is left."""
+    opened: list[tuple[str, dict[str, float]]] = []  # new workers of this PG: (group, Ray resources left)
+    taken: dict[str, int] = defaultdict(int)
+    for demand, selectors in units_left:
+        spot = None
+        if strategy not in ("STRICT_SPREAD", "STRICT_PACK"):
+            spot = next((o for o in opened if _fits_known(demand, o[1])), None)
+        if spot is None:
+            g = next((g for g in growth if slots.get(g.name, 0) - taken[g.name] > 0
+                      and _fits_known(demand, {"GPU": g.gpus, "CPU": g.cpus})
+                      and matches_all([{k: v for k, v in s.items() if k in g.labels} for s in selectors], g.labels)),
+                     None)
+            if g is None:
+                return False
+            taken[g.name] += 1
+            spot = (g.name, {"GPU": g.gpus, "CPU": g.cpus})
+            opened.append(spot)
+        for k in ("GPU", "CPU"):
+            if spot[1].get(k, 0.0) > 0:
+                spot[1][k] -= demand.get(k, 0.0)
+    for name, n in taken.items():
+        slots[name] -= n
+    return True
+
+
+def _fits_known(demand: dict[str, float], have: dict[str, float]) -> bool:
+    """GPU must fit (a group without GPUs hosts no GPU bundle); CPU must fit when the template says."""
+    if demand.get("GPU", 0.0) > have.get("GPU", 0.0) + EPS:
+        return False
+    return not (have.get("CPU", 0.0) > 0 and demand.get("CPU", 0.0) > have["CPU"] + EPS)
+
+
+def _plus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in set(a) | set(b)}

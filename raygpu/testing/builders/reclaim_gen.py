@@ -1,0 +1,98 @@
+"""Small random reclaimer worlds, drawn from any source of integers.
+
+``random_world(pick)`` builds a :class:`~raygpu.testing.builders.reclaim.World`
+and the ``ReclaimPolicy`` arguments to plan it with, from ``pick(lo, hi)`` (an
+integer in ``[lo, hi]``). Hypothesis drives it in the property tests
+(``pick = lambda lo, hi: draw(st.integers(lo, hi))``, so it shrinks), a seeded
+``random.Random(seed).randint`` in the regression tables. Worlds stay small
+(at most 5 workers, 3 placement groups of up to 4 bundles) so that an
+exhaustive placement check is cheap, and they cover what the reclaimer must
+get right: label selectors (``v``, ``!v``, ``in(..)``), every PG strategy,
+rescheduling PGs with placed bundles, groups at ``maxReplicas`` or with a
+minimum, busy workers with free GPUs, workers already listed or deleting,
+reservation members, young pods, Ray nodes whose pod is gone.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from raygpu.testing.builders.reclaim import World, world
+
+Pick = Callable[[int, int], int]
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+GPUS = (1, 2, 4, 8)
+SELECTORS = ({}, {}, {"zone": "a"}, {"zone": "b"}, {"zone": "!a"}, {"zone": "in(a,b)"}, {"zone": "!in(a,c)"})
+ZONES = (None, "a", "b", "c")
+IDLE = (None, None, 300.0, 900.0, 900.0, 2000.0)  # None: busy
+STATES = ("PENDING", "PENDING", "PENDING", "RESCHEDULING", "CREATED", "REMOVED")
+
+
+def _one(pick: Pick, options: tuple):
+    return options[pick(0, len(options) - 1)]
+
+
+def random_world(pick: Pick) -> tuple[World, dict]:
+    """A world and the ``ReclaimPolicy`` keyword arguments to plan it with."""
+    w = world()
+    groups = ["gpu", "small"][: pick(1, 2)]
+    n_workers = pick(1, 5)
+    members: dict[str, list[str]] = {g: [] for g in groups}
+    names = [f"w{i}" for i in range(n_workers)]
+    for name in names:
+        members[_one(pick, tuple(groups))].append(name)
+    hosts: list[str] = []  # workers with a Ray node
+    pods: dict[str, list[str]] = {g: [] for g in groups}  # workers with a pod
+    for name in names:
+        group = next(g for g in groups if name in members[g])
+        gpus = _one(pick, GPUS)
+        idle_for_s = _one(pick, IDLE)
+        free = None if idle_for_s is not None else float(pick(0, int(gpus)))
+        zone = _one(pick, ZONES)
+        has_pod = pick(0, 11) != 0
+        has_ray = pick(0, 11) != 0 or not has_pod
+        w.worker(name, group=group, gpus=gpus, idle_for_s=idle_for_s, free_gpus=free,
+                 k8s_node=f"k{pick(0, n_workers)}", age_s=60 if pick(0, 11) == 0 else 3600,
+                 ray=has_ray, pod=has_pod, deleting=pick(0, 14) == 0, cpus=_one(pick, (8, 16)),
+                 labels={"raygpu.io/reservation": "r1"} if pick(0, 14) == 0 else None,
+                 ray_labels={"zone": zone} if zone else None)
+        hosts += [name] if has_ray else []
+        pods[group] += [name] if has_pod else []
+    for g in groups:  # after the workers: replicas count the pods, as KubeRay's would
+        listed = tuple(n for n in pods[g] if pick(0, 9) == 0)
+        replicas = len(pods[g]) - len(listed)
+        w.group(g, replicas=replicas, min_replicas=pick(0, 2) if pick(0, 2) == 0 else 0, workers_to_delete=listed,
+                max_replicas=replicas + pick(0, 1), gpus=_one(pick, GPUS))
+    for _ in range(pick(0, 3)):
+        state = _one(pick, STATES)
+        n_bundles = pick(1, 4)
+        bundles = []
+        for _ in range(n_bundles):
+            b = {"GPU": float(_one(pick, GPUS))}
+            if pick(0, 3) == 0:
+                b["CPU"] = float(_one(pick, (1, 4, 8)))
+            bundles.append(b)
+        selectors = [dict(_one(pick, SELECTORS)) for _ in range(n_bundles)] if pick(0, 1) else None
+        on: list[str | None] | None = None
+        if state != "PENDING" and hosts:
+            on = [hosts[pick(0, len(hosts) - 1)] if pick(0, 1) else None for _ in range(n_bundles)]
+            if state == "RESCHEDULING" and all(on):
+                on[0] = None
+        w.pg(bundles, state=state, strategy=_one(pick, STRATEGIES), selectors=selectors, on=on)
+    if pick(0, 29) == 0:
+        w.ray_down()
+    policy: dict = {}
+    if pick(0, 3) == 0:
+        policy["live_reservations"] = frozenset()
+    return w, policy
+
+
+def pending_pg_world(nodes: int) -> World:
+    """The scale case of issue 10: ``nodes`` Kubernetes nodes with 2 workers of 4 GPUs each (every 3rd idle
+    for 700 s), one group that may double, and ``nodes // 10`` pending PACK PGs of 4 x {GPU: 8}."""
+    w = world().group("gpu", max_replicas=4 * nodes, gpus=4)
+    for i in range(2 * nodes):
+        w.worker(f"w{i:05d}", k8s_node=f"k{i // 2:05d}", gpus=4, idle_for_s=700.0 if i % 3 == 0 else None)
+    for _ in range(max(1, nodes // 10)):
+        w.pg_pending([{"GPU": 8.0}] * 4)
+    return w
