@@ -91,6 +91,8 @@ def _convert(exc: Exception, what: str) -> Exception:
             return ForbiddenError(f"{what}: forbidden ({exc.status}): {msg}")
         if exc.status and exc.status >= 500:
             return TransientError(f"{what}: server error {exc.status}: {msg}", delay_s=1.0)
+        if exc.status == 429:  # throttled (API priority and fairness): try again after Retry-After
+            return TransientError(f"{what}: throttled (429): {msg}", delay_s=_retry_after_s(exc))
         if exc.status == 422:
             return InvalidError(f"{what}: {exc.status}: {msg}")
         return PermanentError(f"{what}: {exc.status}: {msg}")
@@ -99,6 +101,15 @@ def _convert(exc: Exception, what: str) -> Exception:
         return TransientError(f"{what}: cannot reach the API server: "
                               f"{reason if isinstance(reason, Exception) else exc}", delay_s=1.0)
     return exc
+
+
+def _retry_after_s(exc: Exception, default_s: float = 1.0) -> float:
+    """The Retry-After header of a 429 in seconds (bounded to 1-60 s), else ``default_s``."""
+    try:
+        value = float((getattr(exc, "headers", None) or {}).get("Retry-After", default_s))
+    except (TypeError, ValueError):
+        return default_s
+    return min(max(value, 1.0), 60.0) if value == value else default_s
 
 
 class KubeAdapter:

@@ -89,3 +89,16 @@ def test_plan_on_a_silent_server_exits_2_with_one_line(silent_server, tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("raygpu plan: cannot reach the cluster: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
+
+
+def test_a_throttled_request_is_transient_with_its_retry_after():
+    from kubernetes.client import ApiException
+
+    from raygpu.adapters.kube import _convert
+    from raygpu.errors import TransientError
+    exc = ApiException(status=429, reason="Too Many Requests")
+    exc.headers, exc.body = {"Retry-After": "7"}, '{"message": "too many requests"}'
+    err = _convert(exc, "patch RayCluster ns/rc")
+    assert isinstance(err, TransientError) and err.delay_s == 7.0, err
+    exc.headers = {"Retry-After": "soon"}
+    assert _convert(exc, "x").delay_s == 1.0
