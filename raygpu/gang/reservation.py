@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,7 +29,8 @@ from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.gang import GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
-                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_RESERVATION_STATE,
+                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_REQUEST_ID,
+                                 ANNOTATION_RESERVATION_STATE,
                                  LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
 from raygpu.model.views import K8sPodView
 from raygpu.plan.gang import plan_gang
@@ -253,13 +255,19 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     labels = {LABEL_RESERVATION: plan.reservation_group, LABEL_CLUSTER: dns_label(plan.cluster)}
     if request.owner_job:
         labels[LABEL_OWNER_JOB] = dns_label(request.owner_job)
-    cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": plan.gang_name, "namespace": plan.namespace, "labels": labels, "ownerReferences": [owner],
-        "annotations": {ANNOTATION_RESERVATION_STATE: ReservationState.PLANNED.value,
-                        ANNOTATION_PLAN_REASON: plan.reason[:1000],
-                        ANNOTATION_HEARTBEAT: f"{now_s:.0f}",
-                        ANNOTATION_DEADLINE: f"{now_s + request.timeout_s:.0f}"}},
-        "data": {"plan.json": plan.model_dump_json(), "history": "planned"}})
+    request_id = uuid.uuid4().hex
+    try:
+        cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": plan.gang_name, "namespace": plan.namespace, "labels": labels, "ownerReferences": [owner],
+            "annotations": {ANNOTATION_RESERVATION_STATE: ReservationState.PLANNED.value,
+                            ANNOTATION_PLAN_REASON: plan.reason[:1000],
+                            ANNOTATION_HEARTBEAT: f"{now_s:.0f}",
+                            ANNOTATION_DEADLINE: f"{now_s + request.timeout_s:.0f}",
+                            ANNOTATION_REQUEST_ID: request_id}},
+            "data": {"plan.json": plan.model_dump_json(), "history": "planned"}})
+    except BaseException:
+        _undo_lost_create(kube, plan.namespace, plan.gang_name, request_id)
+        raise
     rsv.history.append("planned")
     try:
         cm_owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": plan.gang_name,
@@ -293,8 +301,20 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         raise
 
 
+def _undo_lost_create(kube: KubeAdapter, namespace: str, name: str, request_id: str) -> None:
+    """The create of a state ConfigMap failed: if it landed anyway (the answer was lost), delete it, but only
+    the object carrying this call's ``request_id``, under a uid precondition. Never raises: what it cannot
+    undo, the sidecar's garbage collection releases after the heartbeat timeout."""
+    try:
+        cm = kube.get("v1", "ConfigMap", name, namespace)
+        md = (cm or {}).get("metadata") or {}
+        if cm is not None and (md.get("annotations") or {}).get(ANNOTATION_REQUEST_ID) == request_id:
+            kube.delete("v1", "ConfigMap", name, namespace, uid=md.get("uid"))
+    except Exception:  # noqa: BLE001 - best effort; the error that made us undo is what the caller sees
+        pass
+
+
 def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None) -> GangRequest:
-    import uuid
     return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
                        bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
                        owner_job=owner_job)

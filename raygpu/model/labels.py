@@ -40,6 +40,7 @@ ANNOTATION_PLACEMENT_GROUP = "raygpu.io/placement-group"  # Ray placement group 
 ANNOTATION_PLAN_REASON = "raygpu.io/plan-reason"  # GangPlan.reason, for humans reading kubectl output
 ANNOTATION_HEARTBEAT = "raygpu.io/heartbeat-at"  # unix seconds, written by the driver's watchdog
 ANNOTATION_DEADLINE = "raygpu.io/deadline-at"  # unix seconds: ready by then or rolled back
+ANNOTATION_REQUEST_ID = "raygpu.io/request-id"  # a random id per reserve() call: proves a state ConfigMap whose create answer was lost is ours
 ANNOTATION_GATED = "raygpu.io/gated"  # read on a reservation's pods: set, they are not admitted yet (raygpu never writes it)
 ANNOTATION_REQUEUE = "raygpu.io/requeue-at"  # on a coscheduling PodGroup: unix seconds, forces a retry
 

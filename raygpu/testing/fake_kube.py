@@ -55,16 +55,23 @@ class FakeKube:
         self._failures: list[list[Any]] = []  # [method, error, times left, when]
 
     def fail(self, method: str, error: BaseException, times: int = 1,
-             when: Callable[..., bool] = lambda *args: True) -> None:
-        """The next ``times`` calls of ``method`` whose arguments satisfy ``when`` raise ``error`` (nothing is written)."""
-        self._failures.append([method, error, times, when])
+             when: Callable[..., bool] = lambda *args: True, lost: bool = False) -> None:
+        """The next ``times`` calls of ``method`` whose arguments satisfy ``when`` raise ``error``: nothing is
+        written, or with ``lost`` (``create`` only) the write lands and only its answer is lost."""
+        if lost and method != "create":
+            raise ValueError("a lost answer is modelled for create only")
+        self._failures.append([method, error, times, when, lost])
 
-    def _maybe_fail(self, method: str, *args: Any) -> None:
+    def _maybe_fail(self, method: str, *args: Any) -> BaseException | None:
+        """Raise a matching failure now, or return a matching lost-answer one for the caller to raise after writing."""
         self.calls.append((method, args))
         for rule in self._failures:
             if rule[0] == method and rule[2] > 0 and rule[3](*args):
                 rule[2] -= 1
+                if rule[4]:
+                    return rule[1]
                 raise rule[1]
+        return None
 
     def with_reason(self, reason: str) -> list[Event]:
         """The recorded events with this reason, in order."""
@@ -112,7 +119,7 @@ class FakeKube:
         self.events.append(Event(involved["kind"], involved["name"], reason, type_, message))
 
     def create(self, obj):
-        self._maybe_fail("create", obj)
+        lost = self._maybe_fail("create", obj)
         key = (obj["kind"], obj["metadata"]["name"])
         if key in self.objects:
             raise ConflictError(f"{key[0]} {key[1]} already exists")
@@ -121,6 +128,8 @@ class FakeKube:
         self.objects[key] = out
         if key[0] == "ConfigMap":
             self.configmaps.add(key[1])
+        if lost is not None:
+            raise lost
         return copy.deepcopy(out)
 
     def get(self, api_version, kind, name, namespace=None):

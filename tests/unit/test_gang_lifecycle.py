@@ -16,7 +16,8 @@ from raygpu.gang import api
 from raygpu.gang.api import GangPlacementGroup, RayCalls
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
-from raygpu.model.labels import ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP, ANNOTATION_RESERVATION_STATE, \
+from raygpu.model.labels import ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP, ANNOTATION_REQUEST_ID, \
+    ANNOTATION_RESERVATION_STATE, \
     LABEL_RESERVATION
 from raygpu.model.views import K8sPodView
 from raygpu.testing.builders.clusters import cluster, gang, gpus
@@ -295,3 +296,25 @@ def test_release_with_a_failure_after_a_drained_release_still_removes_the_group_
     w.kube.extra_pods = []
     rsv.release(failed="driver exited")
     assert w.released()
+
+
+def test_a_state_configmap_whose_create_answer_was_lost_is_deleted_and_only_that_one():
+    """The create lands but its answer is lost: reserve fails and leaves no ConfigMap; one another call created
+    under the same name (another request id) is never deleted."""
+    kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
+    kube.fail("create", TransientError("create ConfigMap: connection reset"), when=lambda obj: obj["kind"] == "ConfigMap",
+              lost=True)
+    with pytest.raises(TransientError):
+        reserve(kube, gang(gpus(8, 2), backend="none", timeout_s=TIMEOUT_S), time.time())
+    assert not [k for k in kube.objects if k[0] == "ConfigMap"], kube.objects
+    assert kube.raw["spec"]["workerGroupSpecs"][-1]["groupName"] == "gpu", "no reservation group was added"
+
+    def someone_elses(obj):  # the name is taken by the time our create's error comes back
+        other = dict(obj, metadata={**obj["metadata"], "annotations": {ANNOTATION_REQUEST_ID: "not-ours"}})
+        kube.objects[("ConfigMap", obj["metadata"]["name"])] = {**other, "metadata": {**other["metadata"], "uid": "u2"}}
+        return True
+    kube.fail("create", TransientError("create ConfigMap: timed out"), when=lambda obj: obj["kind"] == "ConfigMap"
+              and someone_elses(obj))
+    with pytest.raises(TransientError):
+        reserve(kube, gang(gpus(8, 2), backend="none", timeout_s=TIMEOUT_S), time.time())
+    assert [k for k in kube.objects if k[0] == "ConfigMap"], "another call's ConfigMap was deleted"
