@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.annotations import ClusterPolicy, parse_cluster_policy
 from raygpu.model.gang import Backend, Bundle, GangPlan, GangRequest, PodNeed, Strategy
-from raygpu.model.labels import dns_label, reservation_group_name
+from raygpu.model.labels import gang_name, reservation_group_name
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.shapes import GpuKind
 from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
@@ -236,5 +236,5 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
         backend=backend, queue=queue, timeout_s=request.timeout_s,
         need=PodNeed(template_group=group.group_name, pod_count=pods, k8s_requests=requests, k8s_limits=limits,
                      ray_resources=chosen.cap, gpu_shape=shape),
-        bundle_to_pod=tuple(assign), reservation_group=rg, gang_name=dns_label(f"{cluster.name}-{rg}"),
+        bundle_to_pod=tuple(assign), reservation_group=rg, gang_name=gang_name(cluster.name, request.name),
         reason="; ".join(reason + notes), notes=tuple(notes))
