@@ -14,6 +14,8 @@ see raygpu's error vocabulary from the first line.
 from __future__ import annotations
 
 import math
+import numbers
+import re
 from enum import Enum
 from typing import Any, Mapping
 
@@ -22,6 +24,10 @@ from pydantic import Field, field_validator, model_validator
 from raygpu.errors import PermanentError
 from raygpu.model.base import Frozen
 from raygpu.model.shapes import GpuShape
+
+
+MAX_TIMEOUT_S = 2**31 - 1  # Kubernetes int32 seconds (PodGroup scheduleTimeoutSeconds)
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class Strategy(str, Enum):
@@ -53,25 +59,47 @@ def parse_enum(enum: type[Enum], value: Any, what: str) -> Any:
     raise PermanentError(f"unknown {what} {value!r}; expected one of: {choices}")
 
 
-def check_bundle(raw: Any, index: int | None = None) -> dict[str, float]:
-    """Validate one Ray bundle: a non-empty map of resource name -> finite amount > 0.
+def _shown(value: Any) -> str:
+    """``value`` for an error message: never thousands of digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<an integer of {value.bit_length()} bits>"
+    text = str(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else repr(value)
+    return text if len(text) <= 60 else text[:40] + f"...<{len(text)} chars>"
 
-    Raises PermanentError naming the bundle index (when given), the resource and the amount.
+
+def real_number(value: Any, what: str) -> float:
+    """``value`` as a float: ints, floats and other real numbers (numpy's ``int64``/``float32``,
+    ``Fraction``) are accepted as the numbers they are; bools are not numbers here.
+
+    Raises PermanentError starting with ``what`` for anything else and for an integer too
+    large for a float (``10**400``). Range checks (finite, > 0) are the caller's.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise PermanentError(f"{what}={_shown(value)}; amounts must be numbers, not {type(value).__name__}")
+    try:
+        return float(value)
+    except (OverflowError, ValueError, TypeError):
+        raise PermanentError(f"{what}={_shown(value)}; too large for a number (at most ~1.8e308)") from None
+
+
+def check_bundle(raw: Any, index: int | None = None) -> dict[str, float]:
+    """Validate one Ray bundle: a non-empty map of resource name -> finite real number > 0.
+
+    numpy numbers are accepted as the numbers they are. Raises PermanentError naming
+    the bundle index (when given), the resource and the amount.
     """
     where = "bundle" if index is None else f"bundle {index}"
     if not isinstance(raw, Mapping) or not raw:
-        raise PermanentError(f"{where} must be a non-empty dict of Ray resources, got {raw!r}")
+        raise PermanentError(f"{where} must be a non-empty dict of Ray resources, got {_shown(raw)}")
     out: dict[str, float] = {}
     for key, amount in raw.items():
         if not isinstance(key, str) or not key:
-            raise PermanentError(f"{where}: resource names must be non-empty strings, got {key!r}")
-        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
-            raise PermanentError(f"{where} asks {key}={amount!r}; amounts must be numbers")
-        if not math.isfinite(amount) or amount <= 0:
-            raise PermanentError(f"{where} asks {key}={amount}; amounts must be finite and > 0")
-        out[key] = float(amount)
+            raise PermanentError(f"{where}: resource names must be non-empty strings, got {_shown(key)}")
+        value = real_number(amount, f"{where} asks {key}")
+        if not math.isfinite(value) or value <= 0:
+            raise PermanentError(f"{where} asks {key}={_shown(amount)}; amounts must be finite and > 0")
+        out[key] = value
     return out
-
 
 
 class Bundle(Frozen):
@@ -100,6 +128,10 @@ class GangRequest(Frozen):
 
     ``backend``/``queue`` of None mean "use the cluster's annotations". ``timeout_s``
     bounds the wait for the whole gang; past it everything is rolled back.
+    Amounts and ``timeout_s`` take any real number (numpy's ``int64`` too, as the
+    number it is); anything else, a bool, or a number no float holds raises
+    PermanentError naming the bundle and resource or the field, as does a
+    ``queue`` that is not a string usable as a label value.
     """
 
     name: str
@@ -122,9 +154,12 @@ class GangRequest(Frozen):
     @field_validator("bundles", mode="before")
     @classmethod
     def _check_bundles(cls, value: Any) -> tuple[Bundle, ...]:
-        if isinstance(value, (str, bytes, Mapping)) or not value:
-            raise PermanentError(f"a gang needs a non-empty list of bundles, got {value!r}")
-        items = list(value)
+        try:
+            items = [] if isinstance(value, (str, bytes, Mapping)) else list(value)
+        except TypeError:
+            items = []
+        if not items:
+            raise PermanentError(f"a gang needs a non-empty list of bundles, got {_shown(value)}")
         return tuple(b if isinstance(b, Bundle) else Bundle(resources=check_bundle(b, i)) for i, b in enumerate(items))
 
     @field_validator("strategy", mode="before")
@@ -140,9 +175,29 @@ class GangRequest(Frozen):
     @field_validator("timeout_s", mode="before")
     @classmethod
     def _timeout(cls, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise PermanentError(f"timeout_s must be a finite number of seconds > 0, got {value!r}")
-        return float(value)
+        seconds = real_number(value, "timeout_s")
+        if not math.isfinite(seconds) or not 0 < seconds <= MAX_TIMEOUT_S:
+            raise PermanentError(f"timeout_s must be a number of seconds > 0 and <= {MAX_TIMEOUT_S} (a PodGroup's "
+                                 f"int32 scheduleTimeoutSeconds), got {_shown(value)}")
+        return seconds
+
+    @field_validator("queue", mode="before")
+    @classmethod
+    def _queue(cls, value: Any) -> str | None:
+        """None or "" (use raygpu.io/queue), or a queue name that can be a label value (Kueue puts it in one)."""
+        if value is None or value == "":
+            return value
+        if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+            raise PermanentError(f"queue must be a queue name (a label value: <= 63 of [A-Za-z0-9-_.], alphanumeric "
+                                 f"at both ends), got {_shown(value)}")
+        return value
+
+    @field_validator("owner_job", mode="before")
+    @classmethod
+    def _owner_job(cls, value: Any) -> str | None:
+        if value is not None and not isinstance(value, str):
+            raise PermanentError(f"owner_job must be a Ray job id (a string) or None, got {_shown(value)}")
+        return value
 
 
 class PodNeed(Frozen):

@@ -8,6 +8,7 @@ value is. Pure data and pure functions: no I/O.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 PREFIX = "raygpu.io/"
@@ -71,6 +72,61 @@ def dns_label(text: str, prefix: str = "") -> str:
     return f"{head}-{digest}"
 
 
+_NOT_LABEL = re.compile(r"[^a-z0-9-]+")
+HASH_SEPARATOR = "--"  # before the hash of a generated name; a plain generated name never contains "--"
+_GANG_INFIX = "-" + RESERVATION_GROUP_PREFIX  # "-rg-": between cluster and request name in gang_name
+
+
+def _clean(text: str) -> str:
+    """``text`` lower-cased, runs of other characters as one ``-``, no ``-`` at either end."""
+    return re.sub(r"-+", "-", _NOT_LABEL.sub("-", text.lower())).strip("-")
+
+
+def _hashed(head: str, *parts: str) -> str:
+    """``<head cut to fit>--<8 hex of SHA-256 over parts>``: a DNS label of <= 63 chars."""
+    digest = hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()[:8]
+    head = head[: 63 - len(HASH_SEPARATOR) - 8].strip("-") or RESERVATION_GROUP_PREFIX.strip("-")
+    return f"{head}{HASH_SEPARATOR}{digest}"
+
+
 def reservation_group_name(request_name: str) -> str:
-    """The worker group name of a reservation: ``rg-<name>`` as a valid DNS label."""
-    return dns_label(request_name, prefix=RESERVATION_GROUP_PREFIX)
+    """The worker group of a reservation (also the value of :data:`LABEL_RESERVATION`): ``rg-<name>``.
+
+    Promises: a DNS label of <= 63 chars (worker group names are label values and
+    pod name prefixes); the same name gives the same group; different request names
+    give different groups. ``rg-<name>`` exactly when ``<name>`` is already a DNS
+    label without ``--`` that fits; otherwise ``rg-<cleaned, cut>--<8 hex>`` where
+    the hex is a SHA-256 of the name. A plain name never contains ``--`` and a
+    hashed one always does, so the two forms cannot meet.
+    """
+    clean = _clean(request_name)
+    plain = RESERVATION_GROUP_PREFIX + clean
+    if clean and clean == request_name and len(plain) <= 63:
+        return plain
+    return _hashed(plain, request_name)
+
+
+def gang_name(cluster: str, request_name: str) -> str:
+    """The name of a reservation's state ConfigMap and gang object (PodGroup / Kueue pod group).
+
+    Promises: a DNS label of <= 63 chars (the name is also a pod label value);
+    the same (cluster, request name) gives the same name; different pairs give
+    different names, so two clusters of one namespace never share one. The plain
+    form is ``<cluster>-rg-<name>`` (``c-rg-job1``), used only when the cluster is
+    a DNS label, the group ``rg-<name>`` is plain, it fits, and ``-rg-`` occurs in
+    it exactly once, so that cluster and name can be read back from it (cluster
+    ``a`` + request ``b-rg-c`` and cluster ``a-rg-b`` + request ``c`` would both
+    read ``a-rg-b-rg-c``). Otherwise ``<cleaned, cut>--<8 hex>``, the hex a
+    SHA-256 of both names.
+    """
+    group = reservation_group_name(request_name)
+    plain = f"{cluster}-{group}"
+    unambiguous = _occurrences(plain, _GANG_INFIX) == 1 and HASH_SEPARATOR not in group
+    if _clean(cluster) == cluster and cluster and unambiguous and len(plain) <= 63:
+        return plain
+    return _hashed(f"{_clean(cluster)}{_GANG_INFIX}{_clean(request_name)}", cluster, request_name)
+
+
+def _occurrences(text: str, part: str) -> int:
+    """How often ``part`` occurs in ``text``, overlaps counted."""
+    return sum(text.startswith(part, i) for i in range(len(text)))

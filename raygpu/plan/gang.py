@@ -8,12 +8,13 @@ template) for a request no worker group of the cluster can ever hold.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.annotations import ClusterPolicy, parse_cluster_policy
 from raygpu.model.gang import Backend, Bundle, GangPlan, GangRequest, PodNeed, Strategy
-from raygpu.model.labels import dns_label, reservation_group_name
+from raygpu.model.labels import gang_name, reservation_group_name
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.shapes import GpuKind
 from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
@@ -122,17 +123,67 @@ def _pack(bundles: tuple[Bundle, ...], strategy: Strategy, c: _Candidate) -> lis
     # PACK: first-fit-decreasing by dominant share of a pod, ties by bundle index (deterministic).
     order = sorted(range(len(bundles)), key=lambda i: (
         -max(v / c.cap[r] for r, v in bundles[i].resources.items()), i))
-    free: list[dict[str, float]] = []
+    pods = _FirstFit(c.cap, len(bundles))
     assign = [0] * len(bundles)
     for i in order:
-        pod = next((p for p, left in enumerate(free) if _misfit(bundles[i].resources, left) is None), None)
-        if pod is None:
-            free.append(dict(c.cap))
-            pod = len(free) - 1
-        for r, v in bundles[i].resources.items():
-            free[pod][r] -= v
-        assign[i] = pod
+        assign[i] = pods.place(bundles[i].resources)
     return assign
+
+
+class _FirstFit:
+    """First fit over ``count`` pods of capacity ``cap``: the lowest-index pod with room, in O(log n) steps.
+
+    Every pod starts empty, so "no used pod fits: open the next" is the same as
+    "the first pod that fits", and the pods used stay a prefix. A max tree per
+    resource skips every range of pods in which no pod has enough of one
+    resource; the leaves hold exactly the floats a plain list of pods would.
+    Pods only fill up, so a bundle equal to one placed on pod ``k`` fits no pod
+    before ``k``: the search for it starts at ``k`` (many equal bundles, or room
+    split between pods that each lack one resource, cost one pass, not one each).
+    """
+
+    def __init__(self, cap: dict[str, float], count: int) -> None:
+        self.size = 1 << max(count - 1, 0).bit_length()
+        self.tree = {r: [0.0] * self.size + [v] * count + [-math.inf] * (self.size - count) for r, v in cap.items()}
+        for t in self.tree.values():
+            for i in range(self.size - 1, 0, -1):
+                t[i] = max(t[2 * i], t[2 * i + 1])
+        self.last: dict[tuple[tuple[str, float], ...], int] = {}  # bundle -> the pod the last equal one went to
+
+    def _from(self, lo: int) -> list[int]:
+        """Tree nodes covering pods ``lo..`` as a stack: the leftmost on top."""
+        left, right, l, r = [], [], lo + self.size, 2 * self.size
+        while l < r:
+            if l & 1:
+                left.append(l)
+                l += 1
+            if r & 1:
+                r -= 1
+                right.append(r)
+            l, r = l // 2, r // 2
+        return right + left[::-1]
+
+    def place(self, amounts: dict[str, float]) -> int:
+        """Put ``amounts`` on the first pod with room (``_misfit`` is None) and return its index."""
+        key = tuple(sorted(amounts.items()))
+        need = [(self.tree[r], v) for r, v in amounts.items()]
+        stack = self._from(self.last.get(key, 0))
+        while stack:
+            node = stack.pop()
+            if any(v > t[node] + _EPS for t, v in need):
+                continue  # no pod under this node has enough of one resource
+            if node < self.size:
+                stack += (2 * node + 1, 2 * node)  # left first
+                continue
+            for t, v in need:
+                t[node] -= v
+                i = node // 2
+                while i and t[i] != max(t[2 * i], t[2 * i + 1]):
+                    t[i] = max(t[2 * i], t[2 * i + 1])
+                    i //= 2
+            self.last[key] = node - self.size
+            return node - self.size
+        raise AssertionError("every bundle fits an empty pod")  # checked by plan_gang before packing
 
 
 def _waste(bundles: tuple[Bundle, ...], c: _Candidate, pods: int) -> tuple[float, float]:
@@ -236,5 +287,5 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
         backend=backend, queue=queue, timeout_s=request.timeout_s,
         need=PodNeed(template_group=group.group_name, pod_count=pods, k8s_requests=requests, k8s_limits=limits,
                      ray_resources=chosen.cap, gpu_shape=shape),
-        bundle_to_pod=tuple(assign), reservation_group=rg, gang_name=dns_label(f"{cluster.name}-{rg}"),
+        bundle_to_pod=tuple(assign), reservation_group=rg, gang_name=gang_name(cluster.name, request.name),
         reason="; ".join(reason + notes), notes=tuple(notes))

@@ -142,7 +142,7 @@ class Testbed:
             "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local"])
         sa_key = pki.ensure_rsa_key(pkid / "sa.key")
-        (pkid / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+        pki.write_token_file(pkid / "tokens.csv", ADMIN_TOKEN, "admin", ("system:masters",))
         (pkid / "audit-policy.yaml").write_text(AUDIT_POLICY)
         self._write_kubeconfig(self.kubeconfig, ports["apiserver"], ca[0], "admin", {"token": ADMIN_TOKEN})
 
@@ -221,10 +221,10 @@ class Testbed:
         addons.wait_ready(self, ports)
 
     def _write_kubeconfig(self, path: Path, port: int, ca: Path, user: str, credentials: dict[str, str]) -> None:
-        """A kubeconfig for the testbed's API server; ``credentials`` is the kubeconfig ``user`` entry
-        (``{"token": ...}`` or ``{"client-certificate": ..., "client-key": ...}``)."""
+        """A kubeconfig for the testbed's API server, mode 0600 (it may hold a token); ``credentials`` is the
+        kubeconfig ``user`` entry (``{"token": ...}`` or ``{"client-certificate": ..., "client-key": ...}``)."""
         import yaml
-        path.write_text(yaml.safe_dump({
+        pki.write_private(path, yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "raygpu-testbed",
             "clusters": [{"name": "raygpu-testbed", "cluster": {
                 "server": f"https://127.0.0.1:{port}", "certificate-authority": str(ca)}}],
