@@ -182,10 +182,12 @@ class FaultProxy:
             time.sleep(POLL_S)
 
     def kubeconfig_for_token(self, token: str, path: str | Path, user: str = "proxied") -> Path:
-        """Write a kubeconfig that reaches the API server through this proxy with bearer ``token``."""
+        """Write a kubeconfig (mode 0600: it holds a token) that reaches the API server through this proxy."""
         import yaml
+
+        from raygpu.testing.pki import write_private
         path = Path(path)
-        path.write_text(yaml.safe_dump({
+        write_private(path, yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "faultproxy",
             "clusters": [{"name": "faultproxy", "cluster": {"server": self.url,
                                                             "certificate-authority": str(self.ca_file)}}],

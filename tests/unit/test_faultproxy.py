@@ -272,7 +272,9 @@ def test_start_for_a_testbed_signs_with_its_ca_and_writes_a_token_kubeconfig(cer
     with start_for(SimpleNamespace(root=tmp_path, state={"ports": {"apiserver": upstream.server_address[1]}})) as p:
         assert (pkid / "faultproxy.crt").exists() and call(p, "GET", "/echo/tb")[0] == 200
         import yaml
-        kc = yaml.safe_load(p.kubeconfig_for_token("t0k", tmp_path / "kc").read_text())
+        kc_path = p.kubeconfig_for_token("t0k", tmp_path / "kc")
+        assert kc_path.stat().st_mode & 0o777 == 0o600, "a kubeconfig holding a token is private"
+        kc = yaml.safe_load(kc_path.read_text())
         assert kc["clusters"][0]["cluster"] == {"server": p.url, "certificate-authority": str(pkid / "ca.crt")}
         assert kc["users"][0]["user"] == {"token": "t0k"}
 
