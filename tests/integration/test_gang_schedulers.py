@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from raygpu.model.labels import LABEL_POOL
+import time
+
+from raygpu.model.labels import ANNOTATION_REQUEUE, LABEL_POOL
 from raygpu.testing.addons import SP_SCHEDULER_NAME
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.util import pods, wait_for
+
+REQUEUE_EVERY_S = 5.0  # how often the test touches a waiting PodGroup (raygpu's heartbeat: every 10 s)
 
 
 def _gpu_pod(name: str, pool: str, labels: dict, annotations: dict | None = None,
@@ -40,13 +44,23 @@ def test_coscheduling_podgroup_is_all_or_nothing(testbed, ns, pool, kube, core):
     assert [p["spec"].get("nodeName") for p in pods(core, ns)] == [None, None, None]
     pool.add({"g3": "h100x8"})
     # Coscheduling requeues the pods it rejected on a PodGroup update, not on a new node (else they wait
-    # for the scheduler's 5-minute unschedulable flush); raygpu's heartbeat makes the same touch.
-    kube.resources.get(api_version="scheduling.x-k8s.io/v1alpha1", kind="PodGroup").patch(
-        name="gang", namespace=ns, body={"metadata": {"annotations": {"raygpu.io/requeue-at": "now"}}},
-        content_type="application/merge-patch+json")
-    wait_for("all 3 pods bound once a third node exists",
-             lambda: all(p["spec"].get("nodeName") for p in pods(core, ns)) and len(pods(core, ns)) == 3, 120,
-             log=testbed.logs / "sp-scheduler.log")
+    # for the scheduler's 5-minute unschedulable flush), so raygpu's heartbeat touches a waiting gang's
+    # PodGroup every 10 s; the test touches it the same way, repeatedly. One touch is not enough: a CI run
+    # saw the scheduler drop p0 from its active queue ("the same pod is tracked in multiple places ... discard
+    # it") while p1/p2 sat in Permit, so that p0, parked again after the single touch, waited for the flush.
+    podgroups = kube.resources.get(api_version="scheduling.x-k8s.io/v1alpha1", kind="PodGroup")
+    touched = [0.0]
+
+    def all_bound() -> bool:
+        ps = pods(core, ns)
+        if len(ps) == 3 and all(p["spec"].get("nodeName") for p in ps):
+            return True
+        if time.monotonic() - touched[0] >= REQUEUE_EVERY_S:
+            podgroups.patch(name="gang", namespace=ns, content_type="application/merge-patch+json",
+                            body={"metadata": {"annotations": {ANNOTATION_REQUEUE: f"{time.time():.0f}"}}})
+            touched[0] = time.monotonic()
+        return False
+    wait_for("all 3 pods bound once a third node exists", all_bound, 120, log=testbed.logs / "sp-scheduler.log")
     assert len({p["spec"]["nodeName"] for p in pods(core, ns)}) == 3
 
 
