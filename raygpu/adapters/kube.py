@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import logging
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -75,6 +76,12 @@ def parse_each(items: Iterable[dict[str, Any]], parse: Callable[[dict[str, Any]]
     return out
 
 
+# How the API server words a failed JSON-patch ``test`` op (evanphx/json-patch): "testing value /x failed",
+# "test operation does not apply". Only that wording makes a 422/500 a conflict: a 500 whose message merely
+# mentions a test and a failure (a namespace named test-...-fails) is a server error whose write may have landed.
+_JSON_PATCH_TEST_FAILED = re.compile(r"testing value \S+ failed|test operation does not apply", re.IGNORECASE)
+
+
 def _convert(exc: Exception, what: str) -> Exception:
     from kubernetes.client import ApiException
     if isinstance(exc, ApiException):
@@ -83,7 +90,7 @@ def _convert(exc: Exception, what: str) -> Exception:
             msg = json.loads(body).get("message", body)
         except ValueError:
             msg = body or exc.reason
-        if exc.status == 409 or (exc.status in (422, 500) and "test" in msg.lower() and "fail" in msg.lower()):
+        if exc.status == 409 or (exc.status in (422, 500) and _JSON_PATCH_TEST_FAILED.search(msg)):
             return ConflictError(f"{what}: conflict: {msg}")
         if exc.status == 404:
             return NotFoundError(f"{what}: not found: {msg}")

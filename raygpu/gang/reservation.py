@@ -287,6 +287,11 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
             except ConflictError:
                 progress(f"RayCluster changed under us (attempt {attempt + 1}); re-reading and re-planning")
                 view = kube.get_raycluster(request.namespace, request.cluster)
+                landed = view.group(plan.reservation_group)
+                if landed is not None and is_reservation_group(landed):
+                    # our patch landed and its answer was lost: the group name is ours alone (the state
+                    # ConfigMap of that name, created just before, would have refused a second driver)
+                    break
                 new_plan = plan_gang(request, view, policy)
                 if new_plan.need != plan.need:
                     raise PermanentError("the cluster's templates changed while reserving; retry the request")

@@ -102,3 +102,21 @@ def test_a_throttled_request_is_transient_with_its_retry_after():
     assert isinstance(err, TransientError) and err.delay_s == 7.0, err
     exc.headers = {"Retry-After": "soon"}
     assert _convert(exc, "x").delay_s == 1.0
+
+
+def test_only_the_json_patch_test_wording_makes_a_500_a_conflict():
+    """A 500 whose message merely mentions a test and a failure (a namespace test-...-fails) may have landed:
+    it is a TransientError, never a ConflictError that would make the caller re-apply its write."""
+    from kubernetes.client import ApiException
+
+    from raygpu.adapters.kube import _convert
+    from raygpu.errors import ConflictError, TransientError
+
+    def error(status: int, message: str) -> Exception:
+        exc = ApiException(status=status, reason="x")
+        exc.body = '{"message": "%s"}' % message
+        return _convert(exc, "patch RayCluster")
+    assert isinstance(error(500, "Internal error for PATCH /apis/ray.io/v1/namespaces/test-it-fails/rayclusters/c"),
+                      TransientError)
+    assert isinstance(error(500, "testing value /metadata/resourceVersion failed: test failed"), ConflictError)
+    assert isinstance(error(422, "the test operation does not apply"), ConflictError)

@@ -1,0 +1,103 @@
+"""Issue 14: a gang's lifecycle through the fault-injecting proxy in front of the real API server.
+
+Each test points raygpu.placement_group at the testbed's kube-apiserver through
+raygpu.testing.faultproxy, breaks chosen writes of the reservation lifecycle,
+and checks what docs/reliability.md promises: the gang becomes ready (or the
+request fails cleanly), the proxy really injected the fault, and nothing is
+left after the release: no worker group, state ConfigMap, PodGroup, reserved
+pod or Ray placement group.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+import raygpu
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.model.labels import ANNOTATION_RESERVATION_STATE
+from raygpu.testing import manifests as m
+from raygpu.testing.controlplane import ADMIN_TOKEN
+from raygpu.testing.faultproxy import Fail, Rule, start_for
+from raygpu.testing.kube import apply
+from tests.integration.test_gang import _leftovers, _nothing_left
+from tests.integration.util import ray_address, wait_for
+
+CM_PATH = r"/api/v1/namespaces/[^/]+/configmaps(/[^/]+)?"
+RC_PATH = r"/apis/ray.io/v1/namespaces/[^/]+/rayclusters/[^/]+"
+
+
+@pytest.fixture
+def proxied(testbed, tmp_path):
+    """(proxy, kubeconfig through it): the admin token, since client certificates end at the proxy's TLS."""
+    with start_for(testbed) as proxy:
+        yield proxy, str(proxy.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "proxied.kubeconfig"))
+
+
+@pytest.fixture
+def cluster(testbed, ns, pool, kube):
+    """RayCluster 'c' with an 8-GPU worker group (0 replicas) on a private pool of 2 GPU nodes; a Ray driver."""
+    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8"})
+    apply(kube, m.raycluster("c", ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name))
+    ray.init(address=ray_address(testbed, ns, "c"), logging_level="ERROR", log_to_driver=False)
+    yield "c"
+    ray.shutdown()
+
+
+def _no_live_ray_pg(name: str) -> bool:
+    return all(t["state"] == "REMOVED" for t in ray.util.placement_group_table().values() if t["name"] == name)
+
+
+def _body_has(*parts: bytes):
+    return lambda req: all(p in req.body for p in parts)
+
+
+def test_a_gang_survives_a_failure_on_each_lifecycle_write(testbed, ns, cluster, proxied):
+    """503 once on: the transition to admitted, recording the PG id, the transition to ready, a heartbeat."""
+    proxy, kubeconfig = proxied
+    rules = [proxy.add(Rule(verb="PATCH", path=CM_PATH, action=Fail(503), times=1, when=_body_has(*parts)))
+             for parts in ((b"reservation-state", b"admitted"), (b"raygpu.io/placement-group",),
+                           (b"reservation-state", b'"ready"'))]
+    pg = raygpu.placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD", cluster=cluster, namespace=ns,
+                                backend="none", timeout_s=150, name="faults", kubeconfig=kubeconfig)
+    kube = KubeAdapter(str(testbed.kubeconfig))  # the test's own view: not through the proxy
+    try:
+        assert pg.wait(170), f"not ready: {pg.state} {pg.error}"
+        for rule in rules:
+            seen = proxy.wait_seen(lambda s, r=rule: s.rule is r and s.done, timeout_s=10)
+            assert seen.status == 503 and seen.upstream_status is None, seen  # the fault was really injected
+        state = wait_for("the state ConfigMap says ready", lambda: (kube.get("v1", "ConfigMap", pg.plan.gang_name, ns)
+                         or {}).get("metadata", {}).get("annotations", {}).get(ANNOTATION_RESERVATION_STATE)
+                         == "ready" or None, 30)
+        assert state and len(_leftovers(kube, ns, cluster)["reserved_pods"]) == 2
+    finally:
+        raygpu.remove_placement_group(pg)
+    wait_for("nothing left after the release", lambda: _nothing_left(kube, ns, cluster), 90)
+    assert _no_live_ray_pg("faults")
+
+
+@pytest.mark.parametrize("lost", ["state-configmap", "raycluster-patch"])
+def test_a_write_whose_answer_is_lost_leaves_one_reservation_or_none(testbed, ns, cluster, proxied, lost):
+    """The write lands on the API server but the driver hears a 500. A lost state-ConfigMap create fails the
+    request and the rollback deletes the ConfigMap by its request id. A lost RayCluster patch either fails
+    and rolls back, or (the driver sees its own group landed) goes on with exactly one group: never two."""
+    proxy, kubeconfig = proxied
+    verb, path = ("POST", CM_PATH) if lost == "state-configmap" else ("PATCH", RC_PATH)
+    rule = proxy.add(Rule(verb=verb, path=path, action=Fail(500, forward=True), times=1))
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    pg = None
+    try:
+        pg = raygpu.placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD", cluster=cluster, namespace=ns,
+                                    backend="none", timeout_s=60, name="lost", kubeconfig=kubeconfig)
+    except raygpu.RayGpuError as e:
+        assert "500" in str(e), e
+    seen = proxy.wait_seen(lambda s: s.rule is rule and s.done, timeout_s=10)
+    assert seen.upstream_status in (200, 201) and seen.status == 500, seen  # it landed, the answer was lost
+    if lost == "state-configmap":
+        assert pg is None, "a lost create fails the request"
+    if pg is not None:
+        groups = [g.group_name for g in kube.get_raycluster(ns, cluster).worker_groups]
+        assert groups.count(pg.plan.reservation_group) == 1, groups
+        raygpu.remove_placement_group(pg)
+    wait_for("nothing left", lambda: _nothing_left(kube, ns, cluster), 90)
+    assert _no_live_ray_pg("lost")
