@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError
-from raygpu.gang.reservation import (GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
+from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
                                     plan_placement_group, reserve)  # plan_placement_group: public here
 from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.labels import LABEL_RESERVATION
@@ -39,7 +39,6 @@ WATCH_EVERY_S = 0.5  # the watchdog's step
 WATCH_BACKOFF_MAX_S = 4.0  # after failed writes the step doubles up to this, never more
 EXIT_BUDGET_S = 5.0  # Ctrl-C / interpreter exit: the most the release may delay the prompt
 WATCHDOG_JOIN_S = 5.0  # a release first waits this long for the watchdog's step in flight
-EXIT_DRAIN_S = 3.0  # ... of which waiting for the pods to go; the finisher waits for the rest
 _LIVE: set["GangPlacementGroup"] = set()
 _LIVE_LOCK = threading.Lock()
 

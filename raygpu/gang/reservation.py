@@ -39,6 +39,7 @@ from raygpu.plan.patch import (add_worker_group, raycluster_patch, remove_worker
 
 MAX_REPLANS = 5
 RELEASE_DRAIN_S = 60.0  # how long a release waits for the reservation's pods to go
+EXIT_DRAIN_S = 3.0  # ... on Ctrl-C or interpreter exit; the finisher waits for the rest
 
 
 @dataclass
@@ -302,7 +303,7 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     except BaseException as e:
         # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC
         rsv.release(failed=f"reserve failed: {e!r}" if isinstance(e, KeyboardInterrupt) else f"reserve failed: {e}",
-                    drain_timeout_s=3.0 if isinstance(e, KeyboardInterrupt) else RELEASE_DRAIN_S)
+                    drain_timeout_s=EXIT_DRAIN_S if isinstance(e, KeyboardInterrupt) else RELEASE_DRAIN_S)
         raise
 
 
@@ -353,4 +354,4 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["Reservation", "reserve", "gang_request", "plan_placement_group", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]
+__all__ = ["Reservation", "reserve", "gang_request", "plan_placement_group", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "EXIT_DRAIN_S", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]

@@ -16,12 +16,10 @@ import ray
 import raygpu
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.labels import ANNOTATION_RESERVATION_STATE
-from raygpu.testing import manifests as m
 from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.faultproxy import Fail, Rule, start_for
-from raygpu.testing.kube import apply
-from tests.integration.test_gang import _leftovers, _nothing_left
-from tests.integration.util import ray_address, wait_for
+from tests.integration.gang_helpers import leftovers, nothing_left
+from tests.integration.util import wait_for
 
 CM_PATH = r"/api/v1/namespaces/[^/]+/configmaps(/[^/]+)?"
 RC_PATH = r"/apis/ray.io/v1/namespaces/[^/]+/rayclusters/[^/]+"
@@ -32,16 +30,6 @@ def proxied(testbed, tmp_path):
     """(proxy, kubeconfig through it): the admin token, since client certificates end at the proxy's TLS."""
     with start_for(testbed) as proxy:
         yield proxy, str(proxy.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "proxied.kubeconfig"))
-
-
-@pytest.fixture
-def cluster(testbed, ns, pool, kube):
-    """RayCluster 'c' with an 8-GPU worker group (0 replicas) on a private pool of 2 GPU nodes; a Ray driver."""
-    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8"})
-    apply(kube, m.raycluster("c", ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name))
-    ray.init(address=ray_address(testbed, ns, "c"), logging_level="ERROR", log_to_driver=False)
-    yield "c"
-    ray.shutdown()
 
 
 def _no_live_ray_pg(name: str) -> bool:
@@ -69,10 +57,10 @@ def test_a_gang_survives_a_failure_on_each_lifecycle_write(testbed, ns, cluster,
         state = wait_for("the state ConfigMap says ready", lambda: (kube.get("v1", "ConfigMap", pg.plan.gang_name, ns)
                          or {}).get("metadata", {}).get("annotations", {}).get(ANNOTATION_RESERVATION_STATE)
                          == "ready" or None, 30)
-        assert state and len(_leftovers(kube, ns, cluster)["reserved_pods"]) == 2
+        assert state and len(leftovers(kube, ns, cluster)["reserved_pods"]) == 2
     finally:
         raygpu.remove_placement_group(pg)
-    wait_for("nothing left after the release", lambda: _nothing_left(kube, ns, cluster), 90)
+    wait_for("nothing left after the release", lambda: nothing_left(kube, ns, cluster), 90)
     assert _no_live_ray_pg("faults")
 
 
@@ -99,5 +87,5 @@ def test_a_write_whose_answer_is_lost_leaves_one_reservation_or_none(testbed, ns
         groups = [g.group_name for g in kube.get_raycluster(ns, cluster).worker_groups]
         assert groups.count(pg.plan.reservation_group) == 1, groups
         raygpu.remove_placement_group(pg)
-    wait_for("nothing left", lambda: _nothing_left(kube, ns, cluster), 90)
+    wait_for("nothing left", lambda: nothing_left(kube, ns, cluster), 90)
     assert _no_live_ray_pg("lost")

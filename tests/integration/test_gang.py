@@ -21,37 +21,11 @@ from raygpu.model.shapes import GpuKind
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from raygpu.testing import procs
+from tests.integration.gang_helpers import leftovers, nothing_left
 from tests.integration.util import alive_ray_nodes, pods, popen_as_foreground, ray_address, wait_for
 
 
 EXIT_AFTER_CTRL_C_S = 12  # a user's Ctrl-C returns the prompt within about 10 s
-
-
-def _leftovers(kube: KubeAdapter, ns: str, cluster: str) -> dict:
-    """Everything a reservation could leave behind."""
-    view = kube.get_raycluster(ns, cluster)
-    return {
-        "worker_groups": [g.group_name for g in view.worker_groups if g.group_name.startswith("rg-")],
-        "state_configmaps": [c["metadata"]["name"] for c in kube.list("v1", "ConfigMap", ns, LABEL_RESERVATION)],
-        "podgroups": [p["metadata"]["name"] for p in kube.list("scheduling.x-k8s.io/v1alpha1", "PodGroup", ns)],
-        "reserved_pods": [p.name for p in kube.ray_pods(ns, cluster) if LABEL_RESERVATION in p.labels],
-    }
-
-
-def _nothing_left(kube, ns, cluster):
-    left = _leftovers(kube, ns, cluster)
-    return left if not any(left.values()) else None
-
-
-@pytest.fixture
-def cluster(testbed, ns, pool, kube):
-    """RayCluster 'c' with an 8-GPU worker group (0 replicas) on a private pool of 2 GPU nodes."""
-    pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8"})
-    apply(kube, m.raycluster("c", ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name))
-    addr = ray_address(testbed, ns, "c")
-    ray.init(address=addr, logging_level="ERROR", log_to_driver=False)
-    yield "c"
-    ray.shutdown()
 
 
 def test_bundles_sit_exactly_on_the_reserved_pods(testbed, ns, cluster, core):
@@ -70,7 +44,7 @@ def test_bundles_sit_exactly_on_the_reserved_pods(testbed, ns, cluster, core):
     finally:
         raygpu.remove_placement_group(pg)
     kube = KubeAdapter(str(testbed.kubeconfig))
-    wait_for("reservation released", lambda: _nothing_left(kube, ns, cluster), 60)
+    wait_for("reservation released", lambda: nothing_left(kube, ns, cluster), 60)
 
 
 BAD_REQUESTS = [  # bundles, strategy, backend, cluster, what the error must name
@@ -92,7 +66,7 @@ def test_bad_requests_fail_fast_and_create_nothing(testbed, ns, cluster):
             raygpu.placement_group(bundles, strategy=strategy, cluster=cluster_name, namespace=ns, backend=backend,
                                    kubeconfig=str(testbed.kubeconfig), name="bad")
         assert expect in str(err.value).lower(), (bundles, strategy, backend, str(err.value))
-        assert _nothing_left(kube, ns, cluster) is not None, (bundles, strategy, backend)
+        assert nothing_left(kube, ns, cluster) is not None, (bundles, strategy, backend)
         assert kube.get_raycluster(ns, cluster).resource_version == rv, f"the RayCluster was written: {bundles}"
 
 
@@ -110,12 +84,12 @@ def test_timeout_rolls_everything_back(testbed, ns, cluster):
                                 backend="coscheduling", timeout_s=20, name="late",
                                 kubeconfig=str(testbed.kubeconfig))
     kube = KubeAdapter(str(testbed.kubeconfig))
-    assert _leftovers(kube, ns, cluster)["podgroups"], "the PodGroup exists while reserved"
+    assert leftovers(kube, ns, cluster)["podgroups"], "the PodGroup exists while reserved"
     assert not pg.wait(40)
     assert pg.state.value == "rolled_back" and "timeout" in (pg.error or "")
     with pytest.raises((ray.exceptions.RayError, raygpu.RayGpuError)):
         ray.get(pg.ready(), timeout=30)
-    left = wait_for("nothing left after the timeout", lambda: _nothing_left(kube, ns, cluster) or None, 60)
+    left = wait_for("nothing left after the timeout", lambda: nothing_left(kube, ns, cluster) or None, 60)
     assert left is not None
 
 
@@ -140,7 +114,7 @@ def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path, when)
         if events[-1]["event"] in (until, "timeout", "error"):
             break
     assert events[-1]["event"] == until, f"the driver did not get to {until!r}: {events}"
-    assert _leftovers(kube, ns, cluster)["state_configmaps"], "the reservation exists before Ctrl-C"
+    assert leftovers(kube, ns, cluster)["state_configmaps"], "the reservation exists before Ctrl-C"
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
     try:
@@ -157,10 +131,10 @@ def test_interrupted_driver_leaves_nothing(testbed, ns, cluster, tmp_path, when)
     assert exit_s <= EXIT_AFTER_CTRL_C_S, f"the driver took {exit_s:.1f} s to exit after Ctrl-C:\n{said}"
     assert proc.returncode == 130 and any(e["event"] == "interrupted" for e in after), said
     try:
-        wait_for("nothing left after Ctrl-C", lambda: _nothing_left(kube, ns, cluster) or None, 90)
+        wait_for("nothing left after Ctrl-C", lambda: nothing_left(kube, ns, cluster) or None, 90)
     except procs.TestbedError:
         logs = sorted(Path(tempfile.gettempdir()).glob(f"raygpu-finisher-{ns}-*.log"))
-        pytest.fail(f"left after Ctrl-C: {_leftovers(kube, ns, cluster)}\ndriver:\n{said}\nfinisher: "
+        pytest.fail(f"left after Ctrl-C: {leftovers(kube, ns, cluster)}\ndriver:\n{said}\nfinisher: "
                     + "\n".join(f"{p}: {p.read_text()[-2000:]}" for p in logs))
 
 
@@ -198,7 +172,7 @@ def test_example_gang_training_runs(testbed, ns, cluster):
     assert all(len(s["gpu_ids"]) == 8 for s in shards)
     assert "trained on 2 reserved pods" in out.stdout
     kube = KubeAdapter(str(testbed.kubeconfig))
-    assert wait_for("released after the example", lambda: _nothing_left(kube, ns, cluster) or None, 60)
+    assert wait_for("released after the example", lambda: nothing_left(kube, ns, cluster) or None, 60)
 
 
 @pytest.mark.parametrize("state, cluster_label", [("ready", "c"), ("released", "other")])
