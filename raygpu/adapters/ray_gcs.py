@@ -152,7 +152,8 @@ def node_view(info: dict[str, Any], now_s: float) -> RayNodeView:
         node_id=node_id, alive=status != "DEAD", is_head=HEAD_RESOURCE in total,
         instance_id=info.get("instance_id") or None, node_type=node_type, ip=info.get("ip_address") or None,
         labels=labels, total=total, available=available,
-        idle_since_s=now_s - idle_ms / 1000.0 if status == "IDLE" else None, accelerator_type=accel)
+        idle_since_s=now_s - idle_ms / 1000.0 if status == "IDLE" else None, accelerator_type=accel,
+        draining=status == "DRAINING")
 
 
 def placement_group_view(pg: dict[str, Any]) -> PlacementGroupView:
@@ -210,3 +211,39 @@ def read_job_liveness(gcs_address: str, timeout_s: float = 5.0) -> dict[str, boo
     t.start()
     t.join(timeout_s)
     return result.get("jobs") if not t.is_alive() else None
+
+
+# ------------------------------------------------------------------ drain
+def drain_idle_node(gcs_address: str, node_id: str, message: str, timeout_s: float = 5.0) -> tuple[bool, str]:
+    """Ask the GCS to drain Ray node ``node_id`` (hex) for idle termination, as Ray's autoscaler v2 does
+    before it terminates an idle instance (``DrainNode``, reason ``DRAIN_NODE_REASON_IDLE_TERMINATION``,
+    no deadline).
+
+    Returns (accepted, why not). The raylet accepts only while the node is idle; once accepted, Ray
+    places nothing new there and the raylet exits (Ray 2.60: within about a second; its pod's container
+    then ends). Rejected ("no longer idle") when a task or actor landed since: the caller keeps the
+    worker. Ray accepts a drain of a node already draining or gone. Any failure or no answer within
+    ``timeout_s`` is (False, the reason). No ``ray.init``; never raises.
+    """
+    result: dict[str, Any] = {}
+
+    def drain() -> None:
+        try:
+            from ray._raylet import GcsClient
+            from ray.core.generated.autoscaler_pb2 import DrainNodeReason
+            client = GcsClient(address=gcs_address)
+            result["answer"] = client.drain_node(node_id, DrainNodeReason.Value("DRAIN_NODE_REASON_IDLE_TERMINATION"),
+                                                 message, 0)
+        except BaseException as e:  # noqa: BLE001 - reported as a value
+            result["error"] = e
+
+    t = threading.Thread(target=drain, name="raygpu-gcs-drain", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return False, f"the Ray GCS at {gcs_address} did not answer the drain within {timeout_s:g}s"
+    if "error" in result:
+        e = result["error"]
+        return False, f"drain failed: {type(e).__name__}: {e}"
+    accepted, why = result["answer"]
+    return bool(accepted), "" if accepted else (why or "rejected")

@@ -40,6 +40,10 @@ class ReclaimPolicy(Frozen):
     # Names of the reservations that are live. None: every reservation member is
     # treated as live (the safe default when the sidecar cannot tell).
     live_reservations: frozenset[str] | None = None
+    # Pods whose Ray node this sidecar drained (an accepted IDLE_TERMINATION drain) and that are not yet
+    # in workersToDelete (the patch after the drain did not land): deleted without waiting for the idle
+    # timeout, as a Ray node in DRAINING state is; the drain, not the timeout, proved them idle.
+    drained_pods: frozenset[str] = frozenset()
 
     def idle_timeout_for_s(self, group: str) -> float:
         """The idle timeout of ``group``: its override, else the cluster-wide one."""
@@ -57,7 +61,7 @@ class DecisionAction(str, Enum):
 
 
 class ReclaimReason(str, Enum):
-    """Why a worker is kept (every value but IDLE) or deleted (IDLE).
+    """Why a worker is kept (every value but IDLE and DRAINED) or deleted (IDLE, DRAINED).
 
     Protections are checked in the order listed; the first that applies is the reason.
     """
@@ -71,7 +75,9 @@ class ReclaimReason(str, Enum):
     NOT_IDLE_LONG_ENOUGH = "NotIdleLongEnough"  # busy, idle < timeout, or no Ray node yet
     NEEDED_BY_PENDING_PG = "NeededByPendingPG"  # a pending/rescheduling PG needs it to fit
     GROUP_MINIMUM = "GroupMinimum"  # deleting it would go below minReplicas
-    IDLE = "Idle"  # the one delete reason
+    DRAIN_REJECTED = "DrainRejected"  # Ray refused the idle drain (work landed after the plan) or it failed
+    IDLE = "Idle"  # deleted: idle for the timeout, and Ray accepted its idle drain
+    DRAINED = "Drained"  # deleted: its Ray node is DRAINING or was drained by us; it takes no new work
 
 
 class Decision(Frozen):

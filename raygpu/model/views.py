@@ -35,6 +35,8 @@ class RayNodeView(Frozen):
     available: dict[str, float] = Field(default_factory=dict)
     idle_since_s: float | None = None  # None while busy
     accelerator_type: str | None = None
+    # Ray's DRAINING state: the node takes no new work and is going away (an accepted drain)
+    draining: bool = False
 
     @property
     def gpu_total(self) -> float:

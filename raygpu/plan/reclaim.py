@@ -5,7 +5,9 @@ between calls; the same input always gives an equal plan. It never deletes the
 head, a worker holding a placement-group bundle, a member of a live
 reservation, a worker a pending or rescheduling PG needs to fit (``plan.pending``:
 a PG that can be placed now can still be placed after the plan, or the workers
-stay), or a worker that would take its group below ``minReplicas``. Among the
+stay), or a worker that would take its group below ``minReplicas``. A worker
+whose Ray node is DRAINING (or that this sidecar drained, ``policy.drained_pods``)
+counts no capacity and needs no idle timeout; every other protection holds. Among the
 workers it may delete it prefers those whose removal frees whole Kubernetes
 nodes. Capacity counts only on Ray nodes whose pod exists and is not going away.
 """
@@ -78,6 +80,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     # 2. Protections, in order; the first that applies is the reason.
     held = _bundle_holders(snapshot.ray.placement_groups)
     candidates: list[_Worker] = []
+    drained: set[str] = set()  # candidates by drain (Ray's DRAINING state or ours), not by the idle timeout
     for w in workers:
         if not snapshot.ray.reachable:
             keep(w, R.RAY_UNREACHABLE, f"Ray view unavailable: {snapshot.ray.reason or 'unknown'}")
@@ -89,6 +92,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             keep(w, R.HOLDS_BUNDLE, f"hosts a bundle of placement group {held[w.node.node_id]}")
         elif (res := _reservation(w)) and (policy.live_reservations is None or res in policy.live_reservations):
             keep(w, R.LIVE_RESERVATION, f"member of live reservation {res}")
+        elif _drained(w, policy) and (w.node is None or w.node.draining or w.idle_for_s is not None):
+            candidates.append(w)  # the drain proved it idle: no timeout; the protections above still hold
+            drained.add(w.pod.name)
         elif w.node is None:
             keep(w, R.NOT_IDLE_LONG_ENOUGH, "no live Ray node for this pod yet")
         elif w.idle_for_s is None:
@@ -107,7 +113,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     needed = {}
     if any(pg.state in _PENDING for pg in snapshot.ray.placement_groups):
         needed = needed_by_pending_pgs(snapshot.ray.placement_groups, _hosts(ray_by_pod, pods, going_away),
-                                       _candidates(candidates, occupants), _spare(candidates, headroom),
+                                       _candidates([w for w in candidates if w.pod.name not in drained], occupants),
+                                       _spare(candidates, headroom),
                                        _growth(cluster))
     for w in candidates:
         if w.pod.name in needed:
@@ -138,8 +145,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             continue
         for w in chosen:
             timeout_s = policy.idle_timeout_for_s(w.group)
-            decisions[w.pod.name] = _decision(w, DecisionAction.DELETE, R.IDLE,
-                                              f"idle {w.idle_for_s:.0f}s >= timeout {timeout_s:.0f}s")
+            decisions[w.pod.name] = (
+                _decision(w, DecisionAction.DELETE, R.DRAINED, _drained(w, policy)) if w.pod.name in drained
+                else _decision(w, DecisionAction.DELETE, R.IDLE, f"idle {w.idle_for_s:.0f}s >= timeout {timeout_s:.0f}s"))
         added = tuple(w.pod.name for w in chosen)
         scale_downs.append(GroupScaleDown(
             group_name=g.group_name, group_index=index, old_replicas=g.replicas,
@@ -162,13 +170,13 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
 def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
            going_away: set[tuple[str, str]]) -> dict[str, Host]:
-    """Ray node id -> capacity that counts: a live Ray node whose pod (of this cluster) exists, is not
-    deleting, has not ended and is not on its way out (issue 14 item 6: a stale Ray node whose pod is gone
-    hosts nothing)."""
+    """Ray node id -> capacity that counts: a live Ray node, not DRAINING (Ray places nothing new there),
+    whose pod (of this cluster) exists, is not deleting, has not ended and is not on its way out (issue 14
+    item 6: a stale Ray node whose pod is gone hosts nothing)."""
     out = {}
     for p in pods:
         node = ray_by_pod.get(p.name)
-        if node is not None and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
+        if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
             out[node.node_id] = Host(node.node_id, node.labels, node.total, node.available)
     return out
 
@@ -196,6 +204,17 @@ def _spare(candidates: list[_Worker], headroom: dict[str, int]) -> dict[str, int
 def _growth(cluster: RayClusterView) -> list[Growth]:
     return [Growth(g.group_name, max(0, g.max_replicas - g.replicas), g.ray_gpus, g.ray_cpus, g.ray_labels)
             for g in cluster.worker_groups]
+
+
+def _drained(w: _Worker, policy: ReclaimPolicy) -> str:
+    """Why ``w`` counts as drained ("" when it does not): its Ray node is DRAINING, or this sidecar drained
+    it and the patch after the drain did not land (its Ray node is then gone, or back idle after the
+    container restarted: the drain before the next patch is again the proof)."""
+    if w.node is not None and w.node.draining:
+        return "its Ray node is DRAINING: Ray places nothing new there"
+    if w.pod.name in policy.drained_pods:
+        return "drained by this sidecar in an earlier cycle; its patch did not land"
+    return ""
 
 
 def _decision(w: _Worker, action: DecisionAction, reason: ReclaimReason, detail: str) -> Decision:

@@ -14,7 +14,9 @@ One cycle, in order:
    reservation with a state ConfigMap is left to the garbage collector).
 5. Report: one log line per decision that changed, metrics; in ``dry-run``
    one ``ScaleDownDryRun`` Event per distinct plan, then only step 7, and stop.
-6. Apply (mode ``on``): one JSON patch on the RayCluster, first op a test of
+6. Apply (mode ``on``): first Ray drains each worker to delete (idle
+   termination, as Ray's autoscaler does; a refused drain keeps the worker:
+   ``raygpu.reclaim.drain``), then one JSON patch on the RayCluster, first op a test of
    the resourceVersion the plan was made from. A conflict drops the plan and
    asks for an immediate new cycle from a new snapshot; it never overwrites.
    On success the written RayCluster is assumed into the cache and a
@@ -46,14 +48,16 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError, TransientError
 from raygpu.model.cycle import CycleState
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.gc import (DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcPlan, OrphanGroup, ReservationRecord, SeenAt,
-                             is_reservation_group)
+from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcPlan
 from raygpu.model.raycluster import RayClusterView
-from raygpu.model.labels import KEY_RECLAIM, RESERVATION_GROUP_PREFIX
+from raygpu.model.labels import KEY_RECLAIM
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import RayView
 from raygpu.plan.cycle import plan_cycle
+from raygpu.adapters.ray_gcs import drain_idle_node
 from raygpu.reclaim.apply import ApplyStatus, ReleaseStatus, apply_reclaim, apply_release
+from raygpu.reclaim.drain import DrainMemory, Drain, drain_workers
+from raygpu.reclaim.memory import GcMemory
 from raygpu.adapters.kube_watch import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
 
@@ -112,7 +116,7 @@ class Reclaimer:
                  metrics: SidecarMetrics | None = None, *, clock: Callable[[], float] = time.time,
                  read_ray: Callable[..., RayView] | None = None,
                  read_jobs: Callable[[str], dict[str, bool] | None] | None = None,
-                 before_apply: BeforeApply | None = None) -> None:
+                 before_apply: BeforeApply | None = None, drain: Drain | None = None) -> None:
         if read_ray is None:
             from raygpu.adapters.ray_gcs import read_ray_view as read_ray
         if read_jobs is None:
@@ -121,14 +125,13 @@ class Reclaimer:
         self.metrics = metrics or SidecarMetrics()
         self.clock, self.read_ray, self.read_jobs = clock, read_ray, read_jobs
         self.before_apply = before_apply
+        self.drain = drain or (lambda node_id, msg: drain_idle_node(config.ray_address, node_id, msg))
+        self._drained = DrainMemory()  # drained by this process, deletion not yet seen to land
         self._seen_problems: set[tuple[str, str]] = set()
         self._last_decisions: dict[str, tuple[str, str]] = {}
         self._last_gc: dict[str, str] = {}
         self._draining: set[str] = set()  # reservations whose group is scaled to zero, pods still going
-        # what this process saw when, on its own clock (a restart forgets, so it waits the full timeout again):
-        self._seen: dict[str, tuple[str, float | None, SeenAt]] = {}  # ConfigMap -> (uid, heartbeat, seen at)
-        self._orphan_since: dict[str, float] = {}  # group without a proven state ConfigMap -> first seen so
-        self._state_seen: set[str] = set()  # groups of which a proven state ConfigMap was seen
+        self._gc_memory = GcMemory()  # what this process saw when, on its own clock
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
 
@@ -216,10 +219,11 @@ class Reclaimer:
         cfg = self.config
         ray = self.read_ray(cfg.ray_address, timeout_s=cfg.ray_timeout_s, now_s=now_s)
         jobs = self.read_jobs(cfg.ray_address) if ray.reachable else None
+        policy = policy.model_copy(update={"drained_pods": self._drained.current(view.pods, ray)})
         return CycleState(now_s=now_s, cluster=cluster, pods=view.pods, reservations=view.reservations, ray=ray,
                           jobs=jobs, policy=policy, heartbeat_timeout_s=cfg.heartbeat_timeout_s,
-                          seen=self._seen_at(view.reservations, now_s),
-                          orphan_groups=self._orphan_groups(cluster, view.reservations, now_s))
+                          seen=self._gc_memory.seen_at(view.reservations, now_s),
+                          orphan_groups=self._gc_memory.orphan_groups(cluster, view.reservations, now_s))
 
     def _dry_run(self, report: CycleReport, cluster: RayClusterView) -> CycleReport:
         """Step 5 in ``dry-run``: one ``ScaleDownDryRun`` Event per distinct plan; nothing is written."""
@@ -239,6 +243,9 @@ class Reclaimer:
         assert plan is not None
         if before_apply is not None:
             before_apply(plan)
+        plan = report.plan = self._drain_first(plan)
+        if not plan.to_delete:
+            return True  # Ray refused every drain: nothing to patch; the GC goes on
         result = apply_reclaim(self.kube, plan)
         fields = self._ids({"resource_version": plan.cluster_resource_version, "pods": list(plan.deleted_pods),
                             "status": result.status.value, "error": result.error})
@@ -262,6 +269,20 @@ class Reclaimer:
             self._event(cluster, "ScaledDown", f"worker group {g.group_name}: replicas {g.old_replicas} -> "
                         f"{g.replicas}, deleting {len(g.added)}: {reasons}")
         return True
+
+    def _drain_first(self, plan: ReclaimPlan) -> ReclaimPlan:
+        """Step 6a: Ray drains each worker to delete (``raygpu.reclaim.drain``); the plan without those it refused."""
+        cfg = self.config
+        result = drain_workers(plan, self.drain, lambda: self.read_ray(cfg.ray_address, timeout_s=cfg.ray_timeout_s,
+                                                                   now_s=self.clock()))
+        self._drained.remember(result.drained)
+        for pod, node_id in result.drained.items():
+            self.metrics.drains.labels("accepted").inc()
+            log.info("drained", extra={"fields": self._ids({"pod": pod, "ray_node": node_id})})
+        for pod, why in result.rejected.items():
+            self.metrics.drains.labels("rejected").inc()
+            log.info("drain-rejected", extra={"fields": self._ids({"pod": pod, "detail": why})})
+        return result.plan
 
     def _collect_garbage(self, report: CycleReport, cluster: RayClusterView) -> None:
         """Step 7: one release step per reservation of the GC plan, each reported as it lands."""
@@ -294,31 +315,6 @@ class Reclaimer:
                     self._event(cluster, "ReservationScaledToZero", f"worker group {d.group}: {d.reason.value}: "
                                 f"{d.detail}; the group stays for a human to remove", type_="Warning")
         report.released = tuple(released)
-
-    def _seen_at(self, reservations: tuple[ReservationRecord, ...], now_s: float) -> dict[str, SeenAt]:
-        """When this process first saw each state ConfigMap, and saw its heartbeat take its current value."""
-        seen = {}
-        for r in reservations:
-            uid, beat, at = self._seen.get(r.name, (None, None, None))
-            if at is None or uid != r.uid:
-                at = SeenAt(first_s=now_s, heartbeat_s=now_s)
-            elif beat != r.heartbeat_at_s:
-                at = at.model_copy(update={"heartbeat_s": now_s})
-            seen[r.name] = (r.uid, r.heartbeat_at_s, at)
-        self._seen = seen
-        return {name: at for name, (_, _, at) in seen.items()}
-
-    def _orphan_groups(self, cluster: RayClusterView, reservations: tuple[ReservationRecord, ...],
-                       now_s: float) -> dict[str, OrphanGroup]:
-        """Worker groups without a proven state ConfigMap that look like reservations (``rg-*`` or raygpu's
-        label), with when first seen so and whether a proven state ConfigMap of theirs was seen before."""
-        proven = {r.group for r in reservations if r.owned_by(cluster.name, cluster.uid)}
-        groups = {g.group_name for g in cluster.worker_groups}
-        self._state_seen = (self._state_seen | proven) & groups
-        now = {g.group_name for g in cluster.worker_groups if g.group_name not in proven
-               and (g.group_name.startswith(RESERVATION_GROUP_PREFIX) or is_reservation_group(g))}
-        self._orphan_since = {g: self._orphan_since.get(g, now_s) for g in now}
-        return {g: OrphanGroup(since_s=t, state_seen=g in self._state_seen) for g, t in self._orphan_since.items()}
 
     def _policy(self, cluster: RayClusterView) -> tuple[ReclaimMode, ReclaimPolicy]:
         cp, problems = parse_cluster_policy(cluster.annotations)

@@ -10,6 +10,8 @@ raygpu_reclaim_reclaimable_gpus                gauge      GPUs the last plan wou
 raygpu_reclaim_gpus_reclaimed_total            counter    GPUs of workers removed by an applied patch
 raygpu_reclaim_workers_deleted_total           counter    workers put in workersToDelete by this sidecar
 raygpu_reclaim_decisions_total{action,reason}  counter    one per pod per planned cycle
+raygpu_reclaim_drains_total{result}           counter    idle drains asked of Ray before a patch: accepted
+                                                          or rejected (a rejected worker is kept)
 raygpu_reclaim_patch_conflicts_total           counter    patches refused because the RayCluster changed
 raygpu_reclaim_cycle_duration_seconds          histogram  one observation per cycle
 raygpu_reclaim_cycles_total{outcome}           counter    cycles by outcome (see CycleOutcome)
@@ -39,6 +41,8 @@ class SidecarMetrics:
                                        registry=r)
         self.decisions = Counter("raygpu_reclaim_decisions", "Reclaim decisions, one per pod per planned cycle",
                                  ["action", "reason"], registry=r)
+        self.drains = Counter("raygpu_reclaim_drains", "Idle drains asked of Ray before a patch, by result",
+                              ["result"], registry=r)
         self.patch_conflicts = Counter("raygpu_reclaim_patch_conflicts",
                                        "RayCluster patches refused because the object changed", registry=r)
         self.cycle_duration = Histogram("raygpu_reclaim_cycle_duration_seconds", "Duration of one sidecar cycle",

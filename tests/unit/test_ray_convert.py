@@ -84,6 +84,13 @@ def test_node_status_head_and_idle(info, alive, is_head, node_type, instance_id,
     assert v.idle_since_s == pytest.approx(idle_since_s) if idle_since_s else v.idle_since_s is None
 
 
+def test_a_draining_node_is_alive_and_marked_draining():
+    """Ray's DRAINING state (an accepted drain): alive (it may still run work), takes no new work."""
+    v = node_view({**GPU_NODE, "node_status": "DRAINING"}, now_s=0)
+    assert (v.alive, v.draining, v.idle_since_s) == (True, True, None)
+    assert not node_view(GPU_NODE, now_s=0).draining and not node_view(DEAD, now_s=0).draining
+
+
 def test_accelerator_label_wins_over_resource():
     info = {**GPU_NODE, "labels": {"ray.io/accelerator-type": "A100"}}
     assert node_view(info, now_s=0).accelerator_type == "A100"

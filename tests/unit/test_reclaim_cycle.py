@@ -49,9 +49,11 @@ def reclaimer(kube, cache=None, ray=None, **kw):
     def read_ray(address, timeout_s, now_s):
         reads.append(address)
         return ray or ray_view(ALL_IDLE)
+    drains: list[tuple[str, int]] = []  # (Ray node id, patches sent before this drain)
+    kw.setdefault("drain", lambda node_id, msg: (drains.append((node_id, len(kube.patches))), (True, ""))[1])
     r = Reclaimer(kube, cache or FakeCache(kube), cfg, clock=lambda: NOW_S, read_ray=read_ray,
                   read_jobs=lambda a: {}, **kw)
-    r.ray_reads = reads
+    r.ray_reads, r.drains = reads, drains
     return r
 
 
