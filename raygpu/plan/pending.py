@@ -3,7 +3,7 @@
 Step 3 of ``plan.reclaim.plan_reclaim``. Pure, no pydantic objects: it works on
 :class:`Host` (a Ray node whose capacity counts) and :class:`Candidate` (an
 idle worker the reclaimer could delete) and returns pod name -> why it stays.
-Two passes:
+Three passes:
 
 1. **Simulation** (all PGs together, by id): each unplaced bundle goes on a
    node that stays (best fit on GPUs), else on the candidate the reclaimer
@@ -20,6 +20,10 @@ Two passes:
    and keeps the candidates it uses. If the search proves there is none, the
    PG protects nothing; if it runs out of budget, every candidate that could
    take one of its bundles stays: what cannot be proved safe is not deleted.
+3. **Together** (``plan.together``, when two or more PGs have unplaced
+   bundles): greedily in Ray's order (rescheduling first, then by id), the PGs
+   that can be placed together now can still all be placed together on what
+   stays.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from dataclasses import dataclass
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
-from raygpu.plan.placement import UNKNOWN, Unit, find_placement, units
+from raygpu.plan.placement import UNKNOWN, Unit, could_host, find_placement, units
+from raygpu.plan.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 
@@ -76,16 +81,30 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
     spare = dict(spare)
     needed, placed = _simulate(pending, hosts, candidates, spare, {g.name: g.slots for g in growth}, growth)
-    _prove([pg for pg in pending if pg.pg_id not in placed], hosts, candidates, spare, needed)
+    index = _prove([pg for pg in pending if pg.pg_id not in placed], hosts, candidates, spare, needed)
+    if sum(1 for pg in pending if units(pg)) > 1:
+        prove_together(pending, placed, index.copy(), index, candidates, spare, needed)
     return needed
+
+
+def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], needed: dict[str, str]) -> FreeIndex:
+    """Every counted node on its free resources now: role ``free`` if it stays, ``cand`` if it may go."""
+    index = FreeIndex()
+    for nid in sorted(hosts):
+        c = candidates.get(nid)
+        stays = c is None or c.pod_name in needed
+        index.add(nid, hosts[nid].labels, dict(hosts[nid].available), FREE if stays else CAND,
+                  c.group if c else "", c.rank if c else ())
+    return index
 
 
 def _why(pg: PlacementGroupView, tail: str = "") -> str:
     return f"placement group {pg.name or pg.pg_id} ({pg.state.value}) needs it to fit{tail}"
 
 
-def _simulate(pending, hosts, candidates, spare, slots, growth) -> tuple[dict[str, str], set[str]]:
-    """Pass 1: (pod name -> why, ids of the PGs it placed entirely on nodes that now stay)."""
+def _simulate(pending, hosts, candidates, spare, slots, growth) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Pass 1: (pod name -> why, id -> the node of each unit for the PGs it placed entirely on nodes that now
+    stay, placed one after the other in id order)."""
     index = FreeIndex()
     for nid in sorted(hosts):
         c = candidates.get(nid)
@@ -93,7 +112,7 @@ def _simulate(pending, hosts, candidates, spare, slots, growth) -> tuple[dict[st
                   c.group if c else "", c.rank if c else ())
     later = _LaterIndex(hosts)
     needed: dict[str, str] = {}
-    placed: set[str] = set()
+    placed: dict[str, list[str]] = {}
     for pg in pending:
         undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
         pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
@@ -132,7 +151,7 @@ def _simulate(pending, hosts, candidates, spare, slots, growth) -> tuple[dict[st
                     del needed[pod]
                     spare[candidates[nid].group] += 1
         elif len(undo) == len(us):
-            placed.add(pg.pg_id)  # a placement now, on free resources less other PGs': it holds for the PG alone
+            placed[pg.pg_id] = [nid for nid, _, _ in undo]  # a placement now, on free resources less earlier PGs'
     return needed, placed
 
 
@@ -190,14 +209,10 @@ class _LaterIndex:
         return min((n for n in best if n is not None), default=None)
 
 
-def _prove(pending, hosts, candidates, spare, needed: dict[str, str]) -> None:
-    """Pass 2: make every PG that can be placed now placeable on what stays (adds to ``needed``)."""
-    index = FreeIndex()
-    for nid in sorted(hosts):
-        c = candidates.get(nid)
-        stays = c is None or c.pod_name in needed
-        index.add(nid, hosts[nid].labels, dict(hosts[nid].available), FREE if stays else CAND,
-                  c.group if c else "", c.rank if c else ())
+def _prove(pending, hosts, candidates, spare, needed: dict[str, str]) -> FreeIndex:
+    """Pass 2: make every PG that can be placed now placeable on what stays (adds to ``needed``); returns every
+    counted node on its free resources now, role ``free`` if it stays."""
+    index = _index(hosts, candidates, needed)
     for pg in pending:
         us = units(pg)
         if not us or find_placement(us, index, spare, candidates_too=False) not in (None, UNKNOWN):
@@ -206,8 +221,7 @@ def _prove(pending, hosts, candidates, spare, needed: dict[str, str]) -> None:
         if found is None:
             continue  # proved: it cannot be placed now, with or without the candidates
         if found is UNKNOWN:
-            keep = {n for u in us for b in index.buckets(u.demand, u.selectors) for n in index.cands(b)
-                    if u.allowed is None or n in u.allowed}
+            keep = could_host(index, us)
             tail = " (the planner cannot prove it fits without it)"
         else:
             keep = {n for n in found if index.role[n] == CAND}
@@ -216,6 +230,7 @@ def _prove(pending, hosts, candidates, spare, needed: dict[str, str]) -> None:
             needed[candidates[nid].pod_name] = _why(pg, tail)
             spare[candidates[nid].group] -= 1
             index.move(nid, index.free[nid], FREE)
+    return index
 
 
 def _growth_fits(units_left: list[tuple[dict[str, float], list[dict[str, str]]]], growth: list[Growth],

@@ -29,14 +29,16 @@ BUDGET = 2_000
 @dataclass
 class Unit:
     """What must go on one node: its demand, the label selectors that node must match, the nodes it may
-    use (None: any), the nodes it must not use (shared by the units of one STRICT_SPREAD PG), and whether
-    it may share a node with another unit of its PG (``spread``: it may not)."""
+    use (None: any), the nodes it must not use (shared by the units of one STRICT_SPREAD PG), whether
+    it may share a node with another unit of its PG (``spread``: it may not), and which PG it belongs to
+    (``owner``: units of several PGs searched together)."""
 
     demand: dict[str, float]
     selectors: list[dict[str, str]]
     allowed: set[str] | None
     excluded: set[str]
     spread: bool = False
+    owner: int = 0
 
 
 def units(pg: PlacementGroupView) -> list[Unit]:
@@ -61,16 +63,20 @@ def find_placement(us: list[Unit], index: FreeIndex, spare: dict[str, int], *, c
     """A node per unit on the index's free resources, or None when there is none, or ``UNKNOWN``.
 
     Uses nodes of role ``free`` first, then (``candidates_too``) candidates in the planner's order; the index
-    is not changed.
+    is not changed. The units may belong to several PGs (``Unit.owner``): a ``spread`` unit then only avoids
+    the nodes of its own PG's units, and every node some unit names (``allowed``, ``excluded``) is tried by
+    itself, since it is not interchangeable with the rest of its bucket.
     """
-    spread = any(u.spread for u in us)
     budget = BUDGET if budget is None else budget
     left: dict[str, dict[str, float]] = {}  # node -> free resources after the units placed so far
     path: list[str] = []
+    pinned: set[str] = set()
+    if len({u.owner for u in us}) > 1:
+        pinned = {n for u in us for n in u.excluded | (u.allowed or set()) if n in index.free}
     tries = 0
 
     def options(u: Unit) -> list[str]:
-        banned = u.excluded | set(path) if spread else u.excluded
+        banned = u.excluded | {n for n, o in zip(path, us) if o.owner == u.owner} if u.spread else u.excluded
         out: list[tuple[tuple, str]] = []
 
         def consider(n: str) -> None:
@@ -85,9 +91,9 @@ def find_placement(us: list[Unit], index: FreeIndex, spare: dict[str, int], *, c
                 if n in index.free:
                     consider(n)
         else:
-            for n in sorted(left):
+            for n in sorted(left.keys() | pinned):
                 consider(n)
-            skip = banned | set(left)
+            skip = banned | set(left) | pinned
             for b in index.buckets(u.demand, u.selectors):
                 n = index.best_free(b, skip)
                 if n is None and candidates_too:
@@ -130,3 +136,10 @@ def _order(index: FreeIndex, n: str, spare: dict[str, int]) -> tuple:
     if index.role[n] == FREE:
         return (0, index.free[n].get("GPU", 0.0), n)
     return (1, spare[index.group[n]] <= 0, index.rank[n])
+
+
+def could_host(index: FreeIndex, us: list[Unit]) -> set[str]:
+    """Every candidate of ``index`` that could take one of ``us`` on its own (the keep-all of a search that
+    ran out of budget)."""
+    return {n for u in us for b in index.buckets(u.demand, u.selectors) for n in index.cands(b)
+            if u.allowed is None or n in u.allowed}

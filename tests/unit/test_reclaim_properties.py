@@ -218,7 +218,10 @@ def test_scale_and_recorded_plans_are_those_made_before():
 
 def test_random_plans_are_those_made_before_unless_those_were_unsafe():
     """1,000 seeded worlds: the same verdicts as before the rewrite, except where the old plan broke the
-    placement property (issue 14 item 7) or counted a Ray node whose pod is gone (item 6)."""
+    placement property (issue 14 item 7, each PG on its own or PGs together) or counted a Ray node whose pod
+    is gone (item 6)."""
+    from test_reclaim_properties_joint import joint_violations
+
     changed = []
     for seed, before in GOLDEN["random"].items():
         w, policy_kw = random_world(random.Random(int(seed)).randint)
@@ -230,8 +233,9 @@ def test_random_plans_are_those_made_before_unless_those_were_unsafe():
         snapshot, cluster = w.obj()
         old_deleted = {p.split(":")[0] for p in before.split() if p.endswith(":Idle")}
         old = plan.model_copy(update={"to_delete": ()})  # only the deletions matter to the spec
-        old_bad = [v for v in violations(snapshot, cluster, ReclaimPolicy(**policy_kw), _with_deleted(old, old_deleted))
-                   if "placeable before" in v]
+        old_plan = _with_deleted(old, old_deleted)
+        old_bad = [v for v in violations(snapshot, cluster, ReclaimPolicy(**policy_kw), old_plan)
+                   if "placeable before" in v] + joint_violations(snapshot, cluster, old_plan)
         ghost = any(n.alive and n.node_id not in counted(snapshot, cluster) for n in snapshot.ray.nodes)
         assert old_bad or ghost, (seed, before, now)
         changed.append(seed)

@@ -96,3 +96,44 @@ def pending_pg_world(nodes: int) -> World:
     for _ in range(max(1, nodes // 10)):
         w.pg_pending([{"GPU": 8.0}] * 4)
     return w
+
+
+def competing_world(pick: Pick) -> tuple[World, dict]:
+    """A world where 2-4 pending or rescheduling PGs compete for the same few workers, most of them idle
+    candidates: 2-6 workers (zones, some busy with free GPUs, some idle too briefly), PGs of 1-3 bundles with
+    every strategy and selectors; groups at ``maxReplicas`` mostly, so that only the workers there can host
+    them. For the joint placement property (tests/unit/test_reclaim_properties_joint.py)."""
+    w = world()
+    groups = ["gpu", "small"][: pick(1, 2)]
+    names = [f"w{i}" for i in range(pick(2, 6))]
+    hosts: list[str] = []
+    members = {g: 0 for g in groups}
+    for name in names:
+        group = _one(pick, tuple(groups))
+        members[group] += 1
+        gpus = _one(pick, GPUS)
+        idle_for_s = _one(pick, (None, 300.0, 900.0, 900.0, 900.0, 2000.0))
+        free = None if idle_for_s is not None else float(pick(0, int(gpus)))
+        zone = _one(pick, ZONES)
+        w.worker(name, group=group, gpus=gpus, idle_for_s=idle_for_s, free_gpus=free,
+                 k8s_node=f"k{pick(0, len(names))}", cpus=_one(pick, (8, 16)), ray_labels={"zone": zone} if zone else None)
+        hosts.append(name)
+    for g in groups:
+        w.group(g, min_replicas=1 if pick(0, 5) == 0 else 0, gpus=_one(pick, GPUS),
+                max_replicas=members[g] + (0 if pick(0, 3) else 1))  # mostly at maxReplicas: no growth
+    for _ in range(pick(2, 4)):
+        n_bundles = pick(1, 3)
+        bundles = []
+        for _ in range(n_bundles):
+            b = {"GPU": float(_one(pick, GPUS))}
+            if pick(0, 3) == 0:
+                b["CPU"] = float(_one(pick, (1, 4, 8)))
+            bundles.append(b)
+        selectors = [dict(_one(pick, SELECTORS)) for _ in range(n_bundles)] if pick(0, 2) == 0 else None
+        state, on = "PENDING", None
+        if n_bundles > 1 and pick(0, 4) == 0:
+            state = "RESCHEDULING"
+            on = [hosts[pick(0, len(hosts) - 1)] if pick(0, 1) else None for _ in range(n_bundles)]
+            on[0] = None
+        w.pg(bundles, state=state, strategy=_one(pick, STRATEGIES), selectors=selectors, on=on)
+    return w, {}
