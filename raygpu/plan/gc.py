@@ -151,3 +151,28 @@ def _verdict(r: ReservationRecord, at: SeenAt, ray_view: RayView, pgs: dict, job
             return GcReason.DEADLINE_MISSED, (f"state {state or 'unknown'} {now_s - deadline_s:.0f}s after its "
                                               "deadline; the driver's watchdog never rolled it back")
     return GcReason.LIVE, f"state {state or 'unknown'}, heartbeat unchanged for {quiet_s:.0f}s"
+
+
+# The rules that judge a reservation by what the watch cache has *not* seen change. A watch that hangs without
+# an answer, or a connection that died silently, leaves the cache synced but stale until its read deadline
+# (kube_watch.WATCH_READ_TIMEOUT_S, longer than the heartbeat timeout): on the cache alone, a live driver's
+# heartbeat would read as lost. So a release for these reasons is first confirmed by a live read.
+NEEDS_LIVE_READ = frozenset({GcReason.HEARTBEAT_LOST, GcReason.DEADLINE_MISSED})
+
+
+def changed_since_planned(planned: ReservationRecord | None, live: ReservationRecord | None) -> str:
+    """Why a release judged on ``planned`` (the watch cache's copy of a state ConfigMap) must not be written,
+    given ``live`` (the same ConfigMap read from the API server just now; None: not found). "" when the live
+    object is the one planned on, with the same heartbeat and state: the release is confirmed."""
+    if planned is None:
+        return "the cache no longer holds it"
+    if live is None:
+        return "the state ConfigMap is gone: nothing to release"
+    if live.uid != planned.uid:
+        return f"another object has its name now (uid {live.uid}, not {planned.uid})"
+    if live.heartbeat_at_s != planned.heartbeat_at_s:
+        return (f"its heartbeat moved ({planned.heartbeat_at_s} -> {live.heartbeat_at_s}) where the watch cache "
+                "did not see it: the cache is behind")
+    if live.state != planned.state:
+        return f"its state moved ({planned.state} -> {live.state}) where the watch cache did not see it"
+    return ""

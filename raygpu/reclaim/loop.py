@@ -14,25 +14,20 @@ One cycle, in order:
    reservation with a state ConfigMap is left to the garbage collector).
 5. Report: one log line per decision that changed, metrics; in ``dry-run``
    one ``ScaleDownDryRun`` Event per distinct plan, then only step 7, and stop.
-6. Apply (mode ``on``): first Ray drains each worker to delete (idle
-   termination, as Ray's autoscaler does; a refused drain keeps the worker:
-   ``raygpu.reclaim.drain``), then one JSON patch on the RayCluster, first op a test of
-   the resourceVersion the plan was made from. A conflict drops the plan and
-   asks for an immediate new cycle from a new snapshot; it never overwrites.
-   On success the written RayCluster is assumed into the cache and a
-   ``ScaledDown`` Event per group lists the pods and why.
-7. Garbage collection (every mode but ``off``: releasing a dead driver's
-   reservation is the safe action): release each reservation of ``plan_gc``
-   with the gang module's release code, one step per cycle and never waiting:
-   scale its group to zero, and once its pods are gone (a later cycle, as
-   ``plan_gc`` still says release while the state ConfigMap exists) remove the
-   group and the ConfigMap (``apply_release``: errors are values). Only what
-   the plan proved raygpu created is written (see ``raygpu.plan.gc``).
-8. The outcome: ``applied`` when anything was written, ``error`` when a
-   release failed and nothing else happened.
+6. Apply (mode ``on``): first Ray drains each worker to delete (idle termination, as Ray's autoscaler does;
+   a refused drain keeps the worker: ``raygpu.reclaim.drain``), then one JSON patch on the RayCluster, first
+   op a test of the resourceVersion the plan was made from. A conflict drops the plan and asks for an
+   immediate new cycle from a new snapshot; it never overwrites. On success the written RayCluster is assumed
+   into the cache and a ``ScaledDown`` Event per group lists the pods and why.
+7. Garbage collection (every mode but ``off``: releasing a dead driver's reservation is the safe action):
+   release each reservation of ``plan_gc`` with the gang module's release code, one step per cycle and never
+   waiting: scale its group to zero, and once its pods are gone (a later cycle) remove the group and the
+   ConfigMap (``apply_release``: errors are values). Only what the plan proved raygpu created is written (see
+   ``raygpu.plan.gc``); a release on heartbeat or deadline, judged from a cache a hung watch may leave stale,
+   is first confirmed by a live read (``reclaim.confirm``).
+8. The outcome: ``applied`` when anything was written, ``error`` when a release failed and nothing else happened.
 
-``cycle`` never raises: every failure is a ``CycleOutcome`` and a log line,
-and the next cycle starts from a new snapshot.
+``cycle`` never raises: every failure is a ``CycleOutcome`` and a log line, and the next cycle starts afresh.
 """
 
 from __future__ import annotations
@@ -48,14 +43,16 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError, TransientError
 from raygpu.model.cycle import CycleState
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcPlan
+from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcPlan, ReservationRecord
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.labels import KEY_RECLAIM
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import RayView
 from raygpu.plan.cycle import plan_cycle
 from raygpu.adapters.ray_gcs import drain_idle_node
+from raygpu.plan.gc import NEEDS_LIVE_READ
 from raygpu.reclaim.apply import ApplyStatus, ReleaseStatus, apply_reclaim, apply_release
+from raygpu.reclaim.confirm import confirm_release
 from raygpu.reclaim.drain import DrainMemory, Drain, drain_workers
 from raygpu.reclaim.memory import GcMemory
 from raygpu.adapters.kube_watch import CacheView, ClusterCache
@@ -132,6 +129,7 @@ class Reclaimer:
         self._last_gc: dict[str, str] = {}
         self._draining: set[str] = set()  # reservations whose group is scaled to zero, pods still going
         self._gc_memory = GcMemory()  # what this process saw when, on its own clock
+        self._cached: dict[str, ReservationRecord] = {}  # the cache's copy of each state ConfigMap, as planned on
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
 
@@ -216,7 +214,7 @@ class Reclaimer:
 
     def _observe(self, view: CacheView, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float) -> CycleState:
         """Step 3: Ray's view and job table, joined with the cached Kubernetes view into one state."""
-        cfg = self.config
+        cfg, self._cached = self.config, {r.name: r for r in view.reservations}
         ray = self.read_ray(cfg.ray_address, timeout_s=cfg.ray_timeout_s, now_s=now_s)
         jobs = self.read_jobs(cfg.ray_address) if ray.reachable else None
         policy = policy.model_copy(update={"drained_pods": self._drained.current(view.pods, ray)})
@@ -289,6 +287,10 @@ class Reclaimer:
         assert report.gc is not None
         released = []
         for d in report.gc.to_release:
+            if d.reason in NEEDS_LIVE_READ and (why := confirm_release(self.kube, cluster.namespace, d, self._cached.get(
+                    d.reservation), self._gc_memory.seen, self.clock())):  # the cache may be stale: one live read first
+                log.info("release-deferred", extra={"fields": self._ids({"reservation": d.reservation, "why": why})})
+                continue
             result = apply_release(self.kube, cluster.namespace, cluster.name, d)
             if result.status is ReleaseStatus.FAILED:
                 report.errors.append(f"release {d.reservation}: {result.error}")

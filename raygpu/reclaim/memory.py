@@ -20,6 +20,12 @@ class GcMemory:
         self._orphan_since: dict[str, float] = {}  # group without a proven state ConfigMap -> first seen so
         self._state_seen: set[str] = set()  # groups of which a proven state ConfigMap was seen
 
+    @property
+    def seen(self) -> dict[str, tuple[str, float | None, SeenAt]]:
+        """ConfigMap name -> (uid, heartbeat, SeenAt): ``reclaim.confirm`` updates it when a live read finds
+        a heartbeat the cache missed."""
+        return self._seen
+
     def seen_at(self, reservations: tuple[ReservationRecord, ...], now_s: float) -> dict[str, SeenAt]:
         """When this process first saw each state ConfigMap, and saw its heartbeat take its current value."""
         seen = {}

@@ -11,18 +11,14 @@ pod or Ray placement group.
 from __future__ import annotations
 
 import pytest
-import ray
 
 import raygpu
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.labels import ANNOTATION_RESERVATION_STATE
 from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.faultproxy import Fail, Rule, start_for
-from tests.integration.gang_helpers import leftovers, nothing_left
+from tests.integration.gang_helpers import CM_PATH, RC_PATH, body_has, leftovers, no_live_ray_pg, nothing_left
 from tests.integration.util import wait_for
-
-CM_PATH = r"/api/v1/namespaces/[^/]+/configmaps(/[^/]+)?"
-RC_PATH = r"/apis/ray.io/v1/namespaces/[^/]+/rayclusters/[^/]+"
 
 
 @pytest.fixture
@@ -32,18 +28,10 @@ def proxied(testbed, tmp_path):
         yield proxy, str(proxy.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "proxied.kubeconfig"))
 
 
-def _no_live_ray_pg(name: str) -> bool:
-    return all(t["state"] == "REMOVED" for t in ray.util.placement_group_table().values() if t["name"] == name)
-
-
-def _body_has(*parts: bytes):
-    return lambda req: all(p in req.body for p in parts)
-
-
 def test_a_gang_survives_a_failure_on_each_lifecycle_write(testbed, ns, cluster, proxied):
     """503 once on: the transition to admitted, recording the PG id, the transition to ready, a heartbeat."""
     proxy, kubeconfig = proxied
-    rules = [proxy.add(Rule(verb="PATCH", path=CM_PATH, action=Fail(503), times=1, when=_body_has(*parts)))
+    rules = [proxy.add(Rule(verb="PATCH", path=CM_PATH, action=Fail(503), times=1, when=body_has(*parts)))
              for parts in ((b"reservation-state", b"admitted"), (b"raygpu.io/placement-group",),
                            (b"reservation-state", b'"ready"'))]
     pg = raygpu.placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD", cluster=cluster, namespace=ns,
@@ -61,7 +49,7 @@ def test_a_gang_survives_a_failure_on_each_lifecycle_write(testbed, ns, cluster,
     finally:
         raygpu.remove_placement_group(pg)
     wait_for("nothing left after the release", lambda: nothing_left(kube, ns, cluster), 90)
-    assert _no_live_ray_pg("faults")
+    assert no_live_ray_pg("faults")
 
 
 @pytest.mark.parametrize("lost", ["state-configmap", "raycluster-patch"])
@@ -88,4 +76,4 @@ def test_a_write_whose_answer_is_lost_leaves_one_reservation_or_none(testbed, ns
         assert groups.count(pg.plan.reservation_group) == 1, groups
         raygpu.remove_placement_group(pg)
     wait_for("nothing left", lambda: nothing_left(kube, ns, cluster), 90)
-    assert _no_live_ray_pg("lost")
+    assert no_live_ray_pg("lost")

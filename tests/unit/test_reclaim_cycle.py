@@ -11,7 +11,7 @@ import threading
 import time
 
 from raygpu.adapters.kube_watch import CacheView
-from raygpu.errors import PermanentError
+from raygpu.errors import PermanentError, TransientError
 from raygpu.model.gc import ReservationRecord
 from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION
 from raygpu.model.raycluster import RayClusterView
@@ -174,6 +174,13 @@ def with_reservation_group(name: str, replicas: int, labelled: bool = True) -> d
 def state_cm(name: str, group: str, *, state: str = "ready", pg: str | None = None, heartbeat_at_s: float | None = None,
              owned: bool = True) -> ReservationRecord:
     """A state ConfigMap as the watch cache parses it; ``owned``: with the ownerReference ``reserve`` writes."""
+    return ReservationRecord.from_configmap(raw_cm(name, group, state=state, pg=pg, heartbeat_at_s=heartbeat_at_s,
+                                                   owned=owned))
+
+
+def raw_cm(name: str, group: str, *, state: str = "ready", pg: str | None = None, heartbeat_at_s: float | None = None,
+           owned: bool = True) -> dict:
+    """A state ConfigMap as the API server returns it (``state_cm`` before parsing)."""
     ann = {"raygpu.io/reservation-state": state}
     if pg:
         ann["raygpu.io/placement-group"] = pg
@@ -183,7 +190,7 @@ def state_cm(name: str, group: str, *, state: str = "ready", pg: str | None = No
           "labels": {LABEL_RESERVATION: group, LABEL_CLUSTER: "rc"}}
     if owned:
         md["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": RC_UID}]
-    return ReservationRecord.from_configmap({"metadata": md})
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md}
 
 
 def groups(kube) -> dict[str, dict]:
@@ -295,6 +302,7 @@ def test_liveness_is_measured_on_the_sidecars_clock():
     kube = fake_kube(with_reservation_group("rg-train", replicas=0))
     kube.configmaps = {"rc-rg-train"}
     cache = FakeCache(kube, [state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 61)])
+    kube.objects[("ConfigMap", "rc-rg-train")] = raw_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 11)
     now = [NOW_S]
     r = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
     r.clock = lambda: now[0]
@@ -310,6 +318,38 @@ def test_liveness_is_measured_on_the_sidecars_clock():
     now[0] += 1
     rep = r.cycle()
     assert rep.released == ("rc-rg-train",) and rep.gc.decisions[0].reason.value == "HeartbeatLost"
+
+
+def test_a_heartbeat_the_hung_watch_did_not_deliver_never_reads_as_lost():
+    """Issue 14 must-show 1 (c): the ConfigMap watch hangs, so the cache keeps an old heartbeat while the driver
+    beats on. Before releasing on HeartbeatLost (or DeadlineMissed) the sidecar reads the ConfigMap live: a moved
+    heartbeat defers the release and counts as seen then; only a heartbeat unchanged on the API server too
+    releases, and a failed live read releases nothing."""
+    kube = fake_kube(with_reservation_group("rg-train", replicas=2))
+    kube.configmaps = {"rc-rg-train"}
+    cache = FakeCache(kube, [state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S)])  # never updated
+    now = [NOW_S]
+    r = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
+    r.clock = lambda: now[0]
+    assert r.cycle().gc.decisions[0].reason.value == "Live"
+    for beat in (40, 80):  # the driver beats on; the hung watch delivers none of it
+        kube.objects[("ConfigMap", "rc-rg-train")] = raw_cm("rc-rg-train", "rg-train", pg="aa",
+                                                            heartbeat_at_s=NOW_S + beat)
+        now[0] += 61  # past the 60 s timeout since the sidecar last saw a change
+        rep = r.cycle()
+        assert rep.gc.decisions[0].reason.value == "HeartbeatLost" and rep.released == ()
+        assert groups(kube)["rg-train"]["replicas"] == 2 and not kube.patches
+        now[0] += 30  # the moved heartbeat counts as seen at the live read: live again for the timeout
+        assert r.cycle().gc.decisions[0].reason.value == "Live"
+    kube.fail("get", TransientError("get ConfigMap: 503"))  # cannot confirm: nothing is written
+    now[0] += 61
+    assert r.cycle().released == () and not kube.patches
+    now[0] += 1  # the watch catches up, and the driver is really gone: live and cached copies agree
+    cache.reservations = (state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S + 80),)
+    assert r.cycle().gc.decisions[0].reason.value == "Live"  # the caught-up beat is a change the cache shows
+    now[0] += 61
+    rep = r.cycle()
+    assert rep.released == ("rc-rg-train",) and rep.gc.decisions[0].reason.value == "HeartbeatLost" and kube.patches
 
 
 def test_dry_run_releases_a_dead_drivers_reservation_and_scales_nothing_down():
