@@ -76,8 +76,11 @@ class Testbed:
         return self.root / "logs"
 
     def is_up(self) -> bool:
+        """True when a start finished (``ready_s`` recorded) and every component it started is alive. A start
+        killed half-way (SIGKILL, SIGTERM: no cleanup runs) leaves some components running and no
+        ``ready_s``: that is not up, and ``up()`` stops the leftovers and starts afresh."""
         pids = self.state.get("pids", {})
-        return bool(pids) and all(alive(p) for p in pids.values())
+        return "ready_s" in self.state and bool(pids) and all(alive(p) for p in pids.values())
 
     def _save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

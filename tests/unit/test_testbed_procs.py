@@ -60,3 +60,19 @@ def test_wait_for_returns_the_probe_value_while_the_process_lives():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_start_killed_half_way_is_not_up(tmp_path):
+    """A testbed start killed after etcd and the API server started (no cleanup runs on SIGKILL) left them
+    running and no ``ready_s``: the next test run reused it and waited for kwok nodes that no kwok served."""
+    import json
+    import os
+
+    from raygpu.testing.controlplane import Testbed
+    state = {"pids": {"etcd": os.getpid(), "kube-apiserver": os.getpid()}}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert not Testbed(tmp_path).is_up()
+    (tmp_path / "state.json").write_text(json.dumps({**state, "ready_s": 42.0}))
+    assert Testbed(tmp_path).is_up()
+    (tmp_path / "state.json").write_text(json.dumps({**state, "ready_s": 42.0, "pids": {"kwok": 2 ** 22 + 7}}))
+    assert not Testbed(tmp_path).is_up()
