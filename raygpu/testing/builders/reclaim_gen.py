@@ -28,6 +28,17 @@ IDLE = (None, None, 300.0, 900.0, 900.0, 2000.0)  # None: busy
 STATES = ("PENDING", "PENDING", "PENDING", "RESCHEDULING", "CREATED", "REMOVED")
 
 
+def _bundles(pick, n: int) -> list[dict[str, float]]:
+    """``n`` random bundles: GPUs of a common size, a CPU demand one time in four."""
+    bundles = []
+    for _ in range(n):
+        b = {"GPU": float(_one(pick, GPUS))}
+        if pick(0, 3) == 0:
+            b["CPU"] = float(_one(pick, (1, 4, 8)))
+        bundles.append(b)
+    return bundles
+
+
 def _one(pick: Pick, options: tuple):
     return options[pick(0, len(options) - 1)]
 
@@ -66,12 +77,7 @@ def random_world(pick: Pick) -> tuple[World, dict]:
     for _ in range(pick(0, 3)):
         state = _one(pick, STATES)
         n_bundles = pick(1, 4)
-        bundles = []
-        for _ in range(n_bundles):
-            b = {"GPU": float(_one(pick, GPUS))}
-            if pick(0, 3) == 0:
-                b["CPU"] = float(_one(pick, (1, 4, 8)))
-            bundles.append(b)
+        bundles = _bundles(pick, n_bundles)
         selectors = [dict(_one(pick, SELECTORS)) for _ in range(n_bundles)] if pick(0, 1) else None
         on: list[str | None] | None = None
         if state != "PENDING" and hosts:
@@ -123,12 +129,7 @@ def competing_world(pick: Pick) -> tuple[World, dict]:
                 max_replicas=members[g] + (0 if pick(0, 3) else 1))  # mostly at maxReplicas: no growth
     for _ in range(pick(2, 4)):
         n_bundles = pick(1, 3)
-        bundles = []
-        for _ in range(n_bundles):
-            b = {"GPU": float(_one(pick, GPUS))}
-            if pick(0, 3) == 0:
-                b["CPU"] = float(_one(pick, (1, 4, 8)))
-            bundles.append(b)
+        bundles = _bundles(pick, n_bundles)
         selectors = [dict(_one(pick, SELECTORS)) for _ in range(n_bundles)] if pick(0, 2) == 0 else None
         state, on = "PENDING", None
         if n_bundles > 1 and pick(0, 4) == 0:
