@@ -249,6 +249,44 @@ class GangPlan(Frozen):
         return tuple(i for i, p in enumerate(self.bundle_to_pod) if p == pod_index)
 
 
+class NodeFree(Frozen):
+    """What the Kubernetes scheduler could still bind on ``count`` identical nodes, in Kubernetes names.
+
+    ``free`` is allocatable minus the requests of the pods bound there (a resource
+    that is absent is 0); ``allocatable`` is the node's whole allocatable, so the
+    planner can tell an untouched node (every resource free) from a fragment.
+    The caller lists only the nodes the reservation's pods may use (selectors,
+    taints); ``raygpu.plan.gang_shapes.free_nodes`` builds the list from the
+    Kubernetes views. Amounts must be finite (negative = overcommitted, treated
+    as 0); ``count`` >= 1, so nodes of one shape can be given once.
+    """
+
+    free: dict[str, float]
+    allocatable: dict[str, float] = Field(default_factory=dict)
+    count: int = 1
+    name: str = ""  # one node's name, or a label for the group; for messages only
+
+    @field_validator("count", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise PermanentError(f"node count must be an integer >= 1, got {_shown(value)}")
+        return int(value)
+
+    @field_validator("free", "allocatable", mode="before")
+    @classmethod
+    def _amounts(cls, value: Any) -> dict[str, float]:
+        if not isinstance(value, Mapping):
+            raise PermanentError(f"node capacity must be a dict of resource -> amount, got {_shown(value)}")
+        out = {}
+        for k, v in value.items():
+            amount = real_number(v, f"node capacity {k}")
+            if not math.isfinite(amount):
+                raise PermanentError(f"node capacity {k}={_shown(v)}; amounts must be finite")
+            out[str(k)] = amount
+        return out
+
+
 class ReservationState(str, Enum):
     """Lifecycle of one reservation; stored in annotation :data:`ANNOTATION_RESERVATION_STATE`."""
 

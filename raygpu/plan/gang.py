@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.annotations import ClusterPolicy, parse_cluster_policy
-from raygpu.model.gang import Backend, Bundle, GangPlan, GangRequest, PodNeed, Strategy
+from raygpu.model.gang import Backend, Bundle, GangPlan, GangRequest, NodeFree, PodNeed, Strategy
 from raygpu.model.labels import gang_name, reservation_group_name
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.shapes import GpuKind
 from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
                                   template_capacity, template_gpu_shape)
+from raygpu.plan.gang_shapes import ShapeOption, admission_fit, describe_fit, rank_options, shape_options
 
 _EPS = 1e-9
 _KIND_WORDS = {GpuKind.WHOLE: "whole-GPU", GpuKind.MIG: "MIG", GpuKind.SHARE: "shared-GPU"}
@@ -194,11 +195,16 @@ def _waste(bundles: tuple[Bundle, ...], c: _Candidate, pods: int) -> tuple[float
     return idle(GPU), other
 
 
-def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None) -> GangPlan:
+def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
+              free: tuple[NodeFree, ...] | None = None) -> GangPlan:
     """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
 
+    ``free``: what the nodes the pods may use can bind now (``gang_shapes.free_nodes``);
+    among the least wasteful shapes the planner prefers one that binds now, else
+    the smallest pods (``raygpu.plan.gang_shapes``); None = not known.
     Promises: the plan uses one worker group template; every bundle fits its
-    pod; the same inputs give the same plan. Raises PermanentError (bad input,
+    pod; the same inputs give the same plan; a shape never idles more GPUs
+    than the least wasteful one. Raises PermanentError (bad input,
     unknown group, Kueue without a queue) or InfeasibleError (cannot ever fit).
     """
     if policy is None:
@@ -241,21 +247,27 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
                               bundle_index=i, resource=r, requested=bundles[i].get(r), limit=best.cap.get(r, 0.0),
                               template=best.group.group_name)
 
-    # 3. Pack bundles into pods on every fitting template; keep the least wasteful.
-    options, failures = [], []
+    # 3. Pack bundles into pods on every fitting template; keep the least wasteful, then the shape
+    #    that binds now (else the smallest pods): gang_shapes.
+    options, failures, fits = [], [], {}
     for c in common:
         packed = _pack(bundles, request.strategy, c)
         if isinstance(packed, InfeasibleError):
             failures.append(packed)
             continue
-        pods = max(packed) + 1
-        gpu_idle, other_idle = _waste(bundles, c, pods)
-        mig_rank = int(c.kind() is GpuKind.MIG and any(b.get(GPU) for b in bundles))  # prefer whole GPUs
-        options.append(((mig_rank, gpu_idle, pods, other_idle, c.index), c, packed))
+        for assign_option in shape_options(bundles, request.strategy, lambda: packed):
+            pods = max(assign_option) + 1
+            gpu_idle, other_idle = _waste(bundles, c, pods)
+            mig_rank = int(c.kind() is GpuKind.MIG and any(b.get(GPU) for b in bundles))  # prefer whole GPUs
+            fit = fits[c.index, pods] = admission_fit(pod_k8s_resources(c.group)[0], pods, free)
+            idle = {r: pods * v - sum(b.get(r) for b in bundles) for r, v in c.cap.items()}
+            options.append(ShapeOption(waste_key=(mig_rank, round(gpu_idle, 6), pods, other_idle, c.index), idle=idle,
+                                       pods=pods, fit=fit, payload=(c, assign_option)))
     if not options:
         raise max(failures, key=lambda e: e.limit or 0.0)
-    options.sort(key=lambda o: o[0])
-    (_, gpu_idle, pods, _, _), chosen, assign = options[0]
+    ranked = rank_options(options)
+    chosen, assign = ranked[0].payload
+    gpu_idle, pods = ranked[0].waste_key[1], ranked[0].pods
 
     # 4. Emit the plan with its explanation.
     group = chosen.group
@@ -266,7 +278,11 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
             Strategy.SPREAD: "one bundle per pod (raygpu owns the pods, so spreading costs nothing)",
             Strategy.STRICT_PACK: "all bundles on one pod",
             Strategy.PACK: "first-fit-decreasing into as few pods as possible"}[request.strategy]
+    if request.strategy is Strategy.PACK:
+        rule = "least waste, then pods that bind now, else the smallest pods"
     reason = [f"{request.strategy.value}: {len(bundles)} bundle(s) -> {pods} pod(s) of {describe_group(group)}; {rule}"]
+    if len(options) > 1 and request.strategy is not Strategy.STRICT_PACK:
+        reason.append(describe_fit(fits[chosen.index, pods], pods))
     if shape is not None and shape.kind is GpuKind.MIG and any(b.get(GPU) for b in bundles):
         reason.append(f"planned as MIG slices: 1 GPU = one {shape.resource.split('/')[-1]} slice "
                       f"({shape.compute_slices}/7 of a GPU's compute, {shape.memory_gb} GB), not a whole GPU")
@@ -275,8 +291,8 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
                       f"{chosen.cap.get(GPU, 0):g} per pod")
     if policy.gang_template is not None:
         reason.append("template named by raygpu.io/gang-template")
-    elif len(options) > 1:
-        others = ", ".join(f"'{c.group.group_name}'" for _, c, _ in options[1:])
+    elif len({o.payload[0].index for o in options}) > 1:
+        others = ", ".join(dict.fromkeys(f"'{o.payload[0].group.group_name}'" for o in ranked if o.payload[0] is not chosen))
         reason.append(f"chosen for least waste ({gpu_idle:g} Ray GPU idle) over {others}")
     notes = []
     if pods > group.max_replicas:

@@ -36,8 +36,8 @@ def test_gang_admission_quick() -> None:
     assert result["cluster"]["nodes"] > 0 and result["cluster"]["gpus"] > 0
     rows = result["rows"]
     shares = result["params"]["gang_shares"]
-    assert len(rows) == 3 * len(shares)
-    assert [r["policy"] for r in rows] == ["pods", "raycluster-gang", "raygpu"] * len(shares)
+    assert len(rows) == 4 * len(shares)
+    assert [r["policy"] for r in rows] == ["pods", "raycluster-gang", "raygpu", "raygpu+guard"] * len(shares)
     for r in rows:
         assert r["jobs"] == result["params"]["jobs"] > 0
         assert r["gangs"] > 0
@@ -47,9 +47,12 @@ def test_gang_admission_quick() -> None:
         assert 0 < r["mean_running_gpu_frac"] <= 1
         assert r["makespan_h"] > 0
         assert isinstance(r["deadlocks"], int) and r["deadlocks"] >= 0
-    raygpu = [r for r in rows if r["policy"] == "raygpu"]
+    raygpu = [r for r in rows if r["policy"] in ("raygpu", "raygpu+guard")]
     assert all(r["partial_gpu_h"] == 0 and r["deadlocks"] == 0 for r in raygpu)  # all-or-nothing holds nothing
     assert all(r["plan_gang_calls"] == r["gangs"] for r in raygpu)  # every gang went through plan_gang
+    guard = [r for r in rows if r["policy"] == "raygpu+guard"]
+    assert all(r["held_idle_gpu_h"] >= 0 and r["reservations"] >= r["started_by_reservation"] for r in guard)
+    assert [(g["size"], g["seed"]) for g in result["goal"]] == [("quick", result["params"]["seeds"][0])] * len(shares)
 
 
 def test_decision_cost_quick() -> None:
