@@ -132,7 +132,7 @@ def run(args) -> dict:
         _log(f"cluster {ns}/{CLUSTER} up: head + {args.workers} x 8-GPU workers, GCS {gcs}")
 
         # identities
-        for obj in [*m.sidecar_deploy_objects(ns), *_ray_autoscaler_role(ns)]:
+        for obj in [*m.sidecar_deploy_objects(ns, CLUSTER), *_ray_autoscaler_role(ns)]:
             apply(kube, obj)
         tok = core.create_namespaced_service_account_token("raygpu-sidecar", ns,
                                                            {"spec": {"expirationSeconds": 3600}})

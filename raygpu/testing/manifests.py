@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +61,44 @@ def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str,
             "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": cluster_queue_name}}
 
 
-def sidecar_deploy_objects(namespace: str) -> list[dict[str, Any]]:
-    """The objects of ``deploy/sidecar`` (ServiceAccount, Role, RoleBinding) as its kustomization lists
-    them, placed in ``namespace`` (what a kustomize overlay with ``namespace:`` would render)."""
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+# The name deploy/sidecar/role.yaml's rayclusters rule carries until an overlay sets the cluster's: upper case,
+# so it can never match a RayCluster (a DNS subdomain name) and an unpatched base grants nothing on rayclusters.
+RAYCLUSTER_NAME_PLACEHOLDER = "RAYCLUSTER_NAME"
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _kustomize_resources(base: Path) -> list[dict[str, Any]]:
+    """The objects of the kustomize base ``base``, in the order its ``resources`` list them."""
     import yaml
 
-    base = Path(__file__).resolve().parents[2] / "deploy" / "sidecar"
-    out = []
-    for f in yaml.safe_load((base / "kustomization.yaml").read_text())["resources"]:
-        for obj in yaml.safe_load_all((base / f).read_text()):
-            obj["metadata"]["namespace"] = namespace
-            out.append(obj)
+    return [obj for f in yaml.safe_load((base / "kustomization.yaml").read_text())["resources"]
+            for obj in yaml.safe_load_all((base / f).read_text()) if obj]
+
+
+def sidecar_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]:
+    """The objects of ``deploy/sidecar`` (ServiceAccount, Role, RoleBinding) for RayCluster ``cluster``, as an
+    overlay like ``deploy/examples/sidecar-overlay`` renders them: placed in ``namespace``, the Role's
+    rayclusters rule naming ``cluster`` instead of the placeholder.
+
+    Raises ValueError for a ``cluster`` that is no RayCluster name (a DNS subdomain), or when the Role no
+    longer carries the placeholder in exactly one rule (the overlay's patch would then miss)."""
+    if len(cluster) > 253 or not _DNS_SUBDOMAIN.match(cluster):
+        raise ValueError(f"{cluster!r} is not a RayCluster name (a lower-case DNS subdomain name)")
+    out = _kustomize_resources(DEPLOY / "sidecar")
+    filled = 0
+    for obj in out:
+        obj["metadata"]["namespace"] = namespace
+        for rule in obj.get("rules") or []:
+            names = rule.get("resourceNames") or []
+            if RAYCLUSTER_NAME_PLACEHOLDER in names:
+                rule["resourceNames"] = [cluster if n == RAYCLUSTER_NAME_PLACEHOLDER else n for n in names]
+                filled += 1
+    if filled != 1:
+        raise ValueError(f"deploy/sidecar: expected {RAYCLUSTER_NAME_PLACEHOLDER} in one Role rule, found {filled}")
     return out
+
+
+def sidecar_policy_objects() -> list[dict[str, Any]]:
+    """The cluster-scoped objects of ``deploy/sidecar-policy`` (ValidatingAdmissionPolicies and their bindings)."""
+    return _kustomize_resources(DEPLOY / "sidecar-policy")

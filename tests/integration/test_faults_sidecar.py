@@ -12,59 +12,28 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import textwrap
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import ray
 
 import raygpu
-from raygpu.adapters.kube import REQUEST_TIMEOUT, KubeAdapter
+from raygpu.adapters.kube import REQUEST_TIMEOUT
 from raygpu.errors import RayGpuError
 from raygpu.gang.api import HEARTBEAT_EVERY_S, RELEASE_DRAIN_S, WATCH_BACKOFF_MAX_S, WATCHDOG_JOIN_S
-from raygpu.model.labels import (ANNOTATION_HEARTBEAT, ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION,
-                                 LABEL_TESTBED_SHAPE)
-from raygpu.plan.patch import raycluster_patch, set_replicas
-from raygpu.testing import manifests as m
+from raygpu.model.labels import ANNOTATION_HEARTBEAT, ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION
 from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.faultproxy import EndWatch, Fail, Hang, Reset, Rule, start_for
-from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import CM_PATH, RC_PATH, body_has, no_live_ray_pg, nothing_left, seen_after
-from tests.integration.sidecar_helpers import ON_5S, BRIDGE_WAIT_S, Driver, PodDeletions, Sidecar, _ready, _workers
-from tests.integration.util import holds_for, ray_address, wait_for
+from tests.integration.sidecar_fault_helpers import (Env, annotations, intact, live_gang, make_cluster, no_release_decided,
+                                                     release_and_check, reserved_pods, scale_small_to_one, small_group)
+from tests.integration.sidecar_helpers import BRIDGE_WAIT_S, Driver, PodDeletions, Sidecar, _workers
+from tests.integration.util import holds_for, wait_for
 
 HEARTBEAT = ANNOTATION_HEARTBEAT.encode()
 CM_LIST = r"/api/v1/namespaces/[^/]+/configmaps"
-
-
-@dataclass
-class Env:
-    testbed: Any
-    ns: str
-    pool: Any
-    core: Any
-    tmp: Path
-    drv: Any  # the driver's proxy
-    side: Any  # the sidecar's proxy
-    drv_kc: str
-    side_kc: str
-    kube: KubeAdapter = field(init=False)  # the test's own view: not through a proxy
-
-    def __post_init__(self) -> None:
-        self.kube = KubeAdapter(str(self.testbed.kubeconfig))
-
-
-@dataclass
-class Gang:
-    pg: Any
-    name: str  # the state ConfigMap
-    pods: list[str]
-    holders: list
-    pids: list[int]
 
 
 @pytest.fixture
@@ -75,77 +44,6 @@ def env(testbed, ns, pool, core, tmp_path):
                   str(side.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "sidecar.kubeconfig")))
     if ray.is_initialized():
         ray.shutdown()
-
-
-def make_cluster(env: Env, kube, *groups: dict, nodes: dict | None = None, connect: bool = True) -> str:
-    """RayCluster 'c' (mode on, idle timeout 5 s): an 8-GPU template group at 0 replicas plus ``groups``, on a
-    pool of 2 GPU nodes (+ ``nodes``). Returns the GCS address; ``connect``: ray.init this process to it."""
-    env.pool.add({"cpu": "cpu16", "g1": "h100x8", "g2": "h100x8", **(nodes or {})})
-    apply(kube, m.raycluster("c", env.ns, [m.worker_group("gpu", replicas=0, pool=env.pool.name), *groups],
-                             pool=env.pool.name, annotations=ON_5S))
-    n = sum(g["replicas"] for g in groups)
-    addr = _ready(env.testbed, env.core, env.ns, "c", n)[0] if n else ray_address(env.testbed, env.ns, "c",
-                                                                                  timeout_s=BRIDGE_WAIT_S)
-    if connect:
-        ray.init(address=addr, logging_level="ERROR", log_to_driver=False)
-    return addr
-
-
-def small_group(env: Env, name: str = "small", replicas: int = 1, min_replicas: int = 0) -> dict:
-    """A 1-GPU worker group pinned to the pool's T4 node (else it may take a GPU of an H100 the gang needs)."""
-    g = m.worker_group(name, replicas=replicas, min_replicas=min_replicas, cpu="4", memory="16Gi",
-                       gpus={"nvidia.com/gpu": 1}, pool=env.pool.name)
-    g["template"]["spec"]["nodeSelector"][LABEL_TESTBED_SHAPE] = "t4x1"
-    return g
-
-
-def reserved_pods(env: Env) -> list[str]:
-    return sorted(p.name for p in env.kube.ray_pods(env.ns, "c") if LABEL_RESERVATION in p.labels)
-
-
-def annotations(env: Env, name: str) -> dict:
-    return ((env.kube.get("v1", "ConfigMap", name, env.ns) or {}).get("metadata") or {}).get("annotations") or {}
-
-
-def live_gang(env: Env, name: str) -> Gang:
-    """A ready 2 x 8-GPU gang through the driver's proxy, each bundle held by a Ray actor."""
-    pg = raygpu.placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD", cluster="c", namespace=env.ns,
-                                backend="none", timeout_s=150, name=name, kubeconfig=env.drv_kc)
-    assert pg.wait(170), f"not ready: {pg.state} {pg.error}"
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    @ray.remote(num_gpus=8, num_cpus=0)
-    class Holder:
-        def pid(self) -> int:
-            return os.getpid()
-    holders = [Holder.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg.placement_group, placement_group_bundle_index=i)).remote() for i in range(2)]
-    pids = ray.get([h.pid.remote() for h in holders], timeout=90)
-    pods = reserved_pods(env)
-    assert len(pods) == 2, pods
-    return Gang(pg, pg.plan.gang_name, pods, holders, pids)
-
-
-def intact(env: Env, gang: Gang) -> bool:
-    """The same reserved pods, the state ConfigMap at ready, the Ray PG CREATED, the same actors answering."""
-    table = ray.util.placement_group_table(gang.pg.placement_group)
-    return (reserved_pods(env) == gang.pods and annotations(env, gang.name).get(ANNOTATION_RESERVATION_STATE) == "ready"
-            and table["state"] == "CREATED" and ray.get([h.pid.remote() for h in gang.holders], timeout=20) == gang.pids)
-
-
-def release_and_check(env: Env, gang: Gang, deletions: PodDeletions) -> None:
-    """No reserved pod was deleted while the gang was ready; remove it; nothing is left."""
-    assert not {p: n for p, n in deletions.counts.items() if p in gang.pods}, deletions.counts
-    assert not (deletions.created & set(reserved_pods(env)) - set(gang.pods)), "a reserved pod was recreated"
-    raygpu.remove_placement_group(gang.pg)
-    wait_for("nothing left after the release", lambda: nothing_left(env.kube, env.ns, "c"), 90)
-    assert no_live_ray_pg(gang.pg.reservation.request.name)
-
-
-def no_release_decided(side: Sidecar, gang: Gang) -> None:
-    verdicts = {(r["action"], r["reason"]) for r in side.records("gc-decision", reservation=gang.name)}
-    assert verdicts == {("keep", "Live")}, verdicts
-    assert not side.records("released") and not side.records("draining") and not side.records("release-failed")
 
 
 # ------------------------------------------------------------------------ a
@@ -216,9 +114,8 @@ def test_the_sidecars_failed_lost_and_hung_patches_never_touch_the_gang(env, kub
         assert intact(env, gang)
 
         # the faults are spent: the same sidecar still reclaims a new idle worker, with one clean patch
-        view = env.kube.get_raycluster(env.ns, "c")
-        env.kube.patch_raycluster(env.ns, "c", raycluster_patch(view.resource_version,
-                                                                set_replicas(view.group_index("small"), 1, "small")))
+        wait_for("the test scales the small group back to 1 (KubeRay's status writes may move the version)",
+                 lambda: scale_small_to_one(env), 30)
         new = wait_for("a new small worker", lambda: [p for p in _workers(env.core, env.ns, "small")
                                                        if p not in small] or None, 60)
         side.wait("the new idle worker reclaimed", lambda: side.records("patch", status="applied"), BRIDGE_WAIT_S)
@@ -244,17 +141,32 @@ def test_ended_reset_and_hung_watches_never_make_the_sidecar_act_on_a_stale_cach
     make_cluster(env, kube)
     gang = live_gang(env, "watched")
     deletions = PodDeletions(env.core, env.ns)
-    reset = env.side.add(Rule(action=Reset(), verb="GET", watch=True, times=3))
-    env.side.add(Rule(action=EndWatch(after_s=2)))
+    # Every watch is reset until each kind has re-listed: urllib3 retries a reset GET up to 3 times on its own,
+    # so only the 4th reset in a row reaches the cache, which then re-lists (a clean end only re-watches).
+    reset = env.side.add(Rule(action=Reset(), verb="GET", watch=True))
     side = Sidecar(env.testbed, env.ns, "c", ray.get_runtime_context().gcs_address, env.tmp / "sidecar.log",
                    "--heartbeat-timeout-s", f"{WATCH_BEAT_TIMEOUT_S:g}", kubeconfig=Path(env.side_kc))
     try:
-        lists = lambda: [s.path for s in env.side.log if s.verb == "GET" and "watch=" not in s.query  # noqa: E731
-                         and s.done and s.status == 200]
-        wait_for("every kind re-listed after its watch was reset, and watches ended and resumed",
-                 lambda: env.side.spent(reset) and len(lists()) >= 6
-                 and sum(1 for s in env.side.log if s.done and s.events is not None and s.status == 200) >= 6, 60)
+        def lists() -> dict[str, int]:
+            out: dict[str, int] = {}
+            for s in env.side.log:
+                if (s.verb == "GET" and "watch=" not in s.query and s.done and s.status == 200
+                        and s.path.endswith(("/pods", "/rayclusters", "/configmaps"))):
+                    out[s.path] = out.get(s.path, 0) + 1
+            return out
+        try:
+            wait_for("each of the three kinds listed, its watches reset, and re-listed",
+                     lambda: len(lists()) == 3 and min(lists().values()) >= 2, 90)
+        except Exception as e:
+            summary = [(s.verb, s.path.rsplit("/", 1)[-1], s.query[:60], s.action[:20], s.status) for s in env.side.log]
+            raise AssertionError(f"{e}\nlists: {lists()}\nproxy log (last 40 of {len(summary)}): {summary[-40:]}\n"
+                                 f"sidecar: {side.lines[-15:]}") from None
         assert all(s.status is None for s in env.side.log if s.rule is reset)
+        env.side.clear()
+        n = len(env.side.log)
+        env.side.add(Rule(action=EndWatch(after_s=2)))
+        wait_for("watches ended cleanly and resumed", lambda: sum(
+            1 for s in env.side.log[n:] if s.done and s.events is not None and s.status == 200) >= 6, 60)
         side.wait("the sidecar plans again from a synced cache",
                   lambda: side.records("gc-decision", reservation=gang.name), 30)
 

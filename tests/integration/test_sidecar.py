@@ -197,7 +197,7 @@ def test_sigkill_mid_cycle_and_restart_reach_the_same_end_state(testbed, ns, poo
 def test_runs_under_the_deployed_service_account_with_least_privilege(testbed, ns, pool, kube, core, tmp_path):
     """(4) the Role of deploy/sidecar is enough for the job (scale-down, Events, reservation GC) and
     denies deleting pods and reading secrets."""
-    for obj in m.sidecar_deploy_objects(ns):
+    for obj in m.sidecar_deploy_objects(ns, "rc"):
         apply(kube, obj)
     tok = core.create_namespaced_service_account_token("raygpu-sidecar", ns, {"spec": {"expirationSeconds": 900}})
     kc = testbed.kubeconfig_for_token(tok.status.token, "raygpu-sidecar", tmp_path / "sa.kubeconfig")
