@@ -101,16 +101,18 @@ def test_no_kubeconfig_and_not_in_a_pod_is_one_line_and_exit_2(command, tmp_path
 
 
 def test_unreachable_server_is_one_line_and_exit_2(tmp_path):
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()  # nothing listens: connection refused
-    cfg = tmp_path / "kubeconfig"
-    cfg.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                   f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
-                   "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: x}}]\n")
-    r = subprocess.run([sys.executable, "-m", "raygpu.cli", "plan", "--cluster", "rc", "--bundle", "GPU=1",
-                        "--kubeconfig", str(cfg)], capture_output=True, text=True, timeout=60)
+    # Bound but never listening, and held for the whole test: a connection is refused (RST), and no other
+    # process can take the port meanwhile (a port closed before the run could be reused by then: a flake
+    # seen while Ray and a testbed ran beside the unit tests).
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        cfg = tmp_path / "kubeconfig"
+        cfg.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                       f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+                       "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: x}}]\n")
+        r = subprocess.run([sys.executable, "-m", "raygpu.cli", "plan", "--cluster", "rc", "--bundle", "GPU=1",
+                            "--kubeconfig", str(cfg)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("raygpu plan: cannot reach the cluster: API discovery at "), lines
