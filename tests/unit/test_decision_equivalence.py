@@ -1,0 +1,40 @@
+"""The three planners decide exactly as the golden files say (issue 10 item 1: faster, not different).
+
+Each case of ``tests/unit/golden/*.jsonl.gz`` (see ``golden_decisions.py``: the table tests' inputs, the
+benchmark's synthetic snapshots at small sizes, seeded random reclaimer worlds) is planned again and its
+whole output, errors included, compared with the recorded one. Regenerate the files only for an intended
+behaviour change: ``.venv/bin/python -m tests.unit.golden_decisions``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from golden_decisions import PLANNERS, load, run_case  # noqa: E402
+
+CASES = [(planner, case) for planner in PLANNERS for case in load(planner)]
+
+
+def test_golden_files_cover_every_planner_and_source():
+    names = {planner: [c["name"] for c in load(planner)] for planner in PLANNERS}
+    for planner in PLANNERS:
+        assert any(n.startswith("test:") for n in names[planner]), planner
+    assert any(n.startswith("bench:") and "pending PGs" in n for n in names["plan_reclaim"])
+    assert sum(n.startswith("competing world") for n in names["plan_reclaim"]) >= 100
+    assert any("error" in c["output"] for c in load("plan_gang"))  # errors are compared too
+
+
+@pytest.mark.parametrize("planner, case", CASES, ids=[f"{p}:{c['name']}" for p, c in CASES])
+def test_same_output_as_before(planner, case):
+    got = run_case(planner, case["input"])
+    if got != case["output"]:
+        want, have = json.dumps(case["output"], indent=1).splitlines(), json.dumps(got, indent=1).splitlines()
+        first = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+        pytest.fail(f"{planner} {case['name']}: output differs from the golden file at line {first}:\n"
+                    f"  golden: {want[first] if first < len(want) else '<end>'}\n"
+                    f"  now:    {have[first] if first < len(have) else '<end>'}")
