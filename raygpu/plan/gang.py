@@ -29,10 +29,42 @@ class _Candidate:
     group: GroupTemplate
     index: int
     cap: dict[str, float]
+    gpu_kind: GpuKind | None | str = "?"  # computed once per template ("?": at construction), not per bundle
+
+    def __post_init__(self) -> None:
+        if self.gpu_kind == "?":
+            object.__setattr__(self, "gpu_kind", _kind_of(self.group))
 
     def kind(self) -> GpuKind | None:
-        shape, _ = template_gpu_shape(self.group)
-        return shape.kind if shape is not None else None
+        return self.gpu_kind
+
+
+@dataclass(frozen=True)
+class GangTemplates:
+    """The worker groups of one RayCluster as ``plan_gang`` weighs them, computed once per cluster.
+
+    Pass it to every ``plan_gang`` of one cycle (``templates=``) so that each request does not parse the
+    same templates again. A template whose spec did not parse is kept as its error: ``plan_gang`` raises
+    it at the step where it would have found it.
+    """
+
+    cluster: RayClusterView
+    candidates: tuple[_Candidate, ...]
+    error: str | None = None
+
+
+def gang_templates(cluster: RayClusterView) -> GangTemplates:
+    """Every worker group of ``cluster`` with its Ray capacity and GPU kind (pure; never raises)."""
+    try:
+        cands = tuple(_Candidate(g, i, template_capacity(g), _kind_of(g)) for i, g in enumerate(cluster.worker_groups))
+    except PermanentError as e:
+        return GangTemplates(cluster, (), str(e))
+    return GangTemplates(cluster, cands)
+
+
+def _kind_of(group: GroupTemplate) -> GpuKind | None:
+    shape, _ = template_gpu_shape(group)
+    return shape.kind if shape is not None else None
 
 
 def _misfit(amounts: dict[str, float], cap: dict[str, float]) -> str | None:
@@ -123,11 +155,34 @@ def _pack(bundles: tuple[Bundle, ...], strategy: Strategy, c: _Candidate) -> lis
     # PACK: first-fit-decreasing by dominant share of a pod, ties by bundle index (deterministic).
     order = sorted(range(len(bundles)), key=lambda i: (
         -max(v / c.cap[r] for r, v in bundles[i].resources.items()), i))
-    pods = _FirstFit(c.cap, len(bundles))
+    pods = _FirstFit(c.cap, len(bundles)) if len(bundles) > _SMALL else _FewPods(c.cap)
     assign = [0] * len(bundles)
     for i in order:
         assign[i] = pods.place(bundles[i].resources)
     return assign
+
+
+_SMALL = 16  # up to this many bundles a plain scan of the pods is cheaper than building the tree
+
+
+class _FewPods:
+    """First fit by a plain scan of the open pods: the same pods, the same floats as :class:`_FirstFit`."""
+
+    def __init__(self, cap: dict[str, float]) -> None:
+        self.cap = cap
+        self.left: list[dict[str, float]] = []
+
+    def place(self, amounts: dict[str, float]) -> int:
+        for i, left in enumerate(self.left):
+            if not any(v > left[r] + _EPS for r, v in amounts.items()):
+                break
+        else:
+            self.left.append(dict(self.cap))
+            i = len(self.left) - 1
+        left = self.left[i]
+        for r, v in amounts.items():
+            left[r] -= v
+        return i
 
 
 class _FirstFit:
@@ -194,13 +249,19 @@ def _waste(bundles: tuple[Bundle, ...], c: _Candidate, pods: int) -> tuple[float
     return idle(GPU), other
 
 
-def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None) -> GangPlan:
+def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None, *,
+              templates: GangTemplates | None = None) -> GangPlan:
     """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
 
     Promises: the plan uses one worker group template; every bundle fits its
     pod; the same inputs give the same plan. Raises PermanentError (bad input,
-    unknown group, Kueue without a queue) or InfeasibleError (cannot ever fit).
+    unknown group, Kueue without a queue, ``templates`` of another cluster) or
+    InfeasibleError (cannot ever fit). ``templates``: ``gang_templates(cluster)``,
+    computed once for many requests; the plan is the same with or without it.
     """
+    if templates is not None and templates.cluster is not cluster and templates.cluster != cluster:
+        raise PermanentError(f"templates were computed for RayCluster {templates.cluster.namespace}/"
+                             f"{templates.cluster.name}, not for {cluster.namespace}/{cluster.name}")
     if policy is None:
         policy, _ = parse_cluster_policy(cluster.annotations)
     # 1. Validate what the request models cannot check alone.
@@ -214,7 +275,10 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     if not cluster.worker_groups:
         raise InfeasibleError(f"RayCluster {cluster.namespace}/{cluster.name} has no worker groups; "
                               "a reservation copies a worker group template")
-    cands = [_Candidate(g, i, template_capacity(g)) for i, g in enumerate(cluster.worker_groups)]
+    templates = templates or gang_templates(cluster)
+    if templates.error is not None:
+        raise PermanentError(templates.error)
+    cands = list(templates.candidates)
     prefix = ""
     if policy.gang_template is not None:
         named = [c for c in cands if c.group.group_name == policy.gang_template]

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from golden_decisions import PLANNERS, load, run_case  # noqa: E402
+from golden_decisions import PLANNERS, canon, decode_args, load, run_case  # noqa: E402
+
+from raygpu.errors import PermanentError  # noqa: E402
+from raygpu.plan.gang import gang_templates, plan_gang  # noqa: E402
 
 CASES = [(planner, case) for planner in PLANNERS for case in load(planner)]
 
@@ -39,3 +42,22 @@ def test_same_output_as_before(planner, case):
         pytest.fail(f"{planner} {case['name']}: output differs from the golden file at line {first}:\n"
                     f"  golden: {want[first] if first < len(want) else '<end>'}\n"
                     f"  now:    {have[first] if first < len(have) else '<end>'}")
+
+
+def test_gang_templates_computed_once_give_the_same_plans():
+    """plan_gang(..., templates=gang_templates(cluster)) decides every golden case as plan_gang alone did."""
+    for case in load("plan_gang"):
+        args = decode_args("plan_gang", case["input"])
+        try:
+            got = canon(plan_gang(**args, templates=gang_templates(args["cluster"])))
+        except Exception as e:  # noqa: BLE001 - the same error, at the same step
+            got = {"error": type(e).__name__, "message": str(e), "attrs": {k: canon(v) for k, v in sorted(vars(e).items())}}
+        assert got == case["output"], case["name"]
+
+
+def test_gang_templates_of_another_cluster_are_refused():
+    case = next(c for c in load("plan_gang") if "error" not in c["output"])
+    args = decode_args("plan_gang", case["input"])
+    other = args["cluster"].model_copy(update={"name": "other"})
+    with pytest.raises(PermanentError, match="templates were computed for RayCluster default/other"):
+        plan_gang(**args, templates=gang_templates(other))
