@@ -15,10 +15,10 @@ nodes. Capacity counts only on Ray nodes whose pod exists and is not going away.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
-from raygpu.model.raycluster import RayClusterView
+from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.reclaim import (
     Decision,
     DecisionAction,
@@ -35,8 +35,7 @@ _GONE_PHASES = ("Succeeded", "Failed")
 R = ReclaimReason
 
 
-@dataclass(frozen=True)
-class _Worker:
+class _Worker(NamedTuple):  # one per pod of the cluster: a tuple, built in C
     pod: K8sPodView
     group: str
     node: RayNodeView | None  # its live Ray node, None when Ray has none yet
@@ -51,6 +50,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     worker it cannot judge is kept, with its reason.
     """
     kept: dict[str, Decision] = {}
+    groups: dict[str, GroupTemplate] = {}  # by name, the first of a name as cluster.group() finds it
+    for g in cluster.worker_groups:
+        groups.setdefault(g.group_name, g)
 
     def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
         kept[w.pod.name] = _decision(w, DecisionAction.KEEP, reason, detail)
@@ -69,12 +71,12 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         w = _Worker(pod, pod.ray_group or (node.node_type if node else None) or "", node, idle_for_s)
         if pod.is_head or (node is not None and node.is_head):
             keep(w, R.HEAD, "the head is never reclaimed")
-        elif cluster.group(w.group) is None:
+        elif w.group not in groups:
             keep(w, R.ALREADY_DELETING, f"group {w.group!r} is not in the RayCluster spec")
             going_away.add(_key(pod))
         else:
             workers.append(w)
-            if pod.deleting or pod.name in cluster.group(w.group).workers_to_delete:
+            if pod.deleting or pod.name in groups[w.group].workers_to_delete:
                 going_away.add(_key(pod))
 
     # 2. Protections, in order; the first that applies is the reason.
@@ -129,7 +131,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     candidates.sort(key=lambda w: _defrag_key(w, names, occupants))
     to_delete: dict[str, list[_Worker]] = defaultdict(list)
     for w in candidates:
-        g = cluster.group(w.group)
+        g = groups[w.group]
         if len(to_delete[w.group]) < headroom[w.group]:
             to_delete[w.group].append(w)
         else:
@@ -274,5 +276,12 @@ def _defrag_key(w: _Worker, candidates: set[tuple[str, str]], occupants: dict[st
     """Sort key: fewest pods that stay on its node, fewest fellow candidates, most idle, name."""
     if not w.pod.node_name:
         return (1, 0, -(w.idle_for_s or 0.0), w.pod.name)  # unknown node: never "frees" one
-    others = occupants.get(w.pod.node_name, set()) - {_key(w.pod)}
-    return (len(others - candidates), len(others & candidates), -(w.idle_for_s or 0.0), w.pod.name)
+    me = _key(w.pod)
+    stay = fellow = 0
+    for k in occupants.get(w.pod.node_name, ()):  # the other pods on its node, counted without a new set
+        if k != me:
+            if k in candidates:
+                fellow += 1
+            else:
+                stay += 1
+    return (stay, fellow, -(w.idle_for_s or 0.0), w.pod.name)
