@@ -7,8 +7,9 @@ bucket the nodes that stay (``free`` role) by node id and the idle candidates
 each bucket once (fit and label selectors) and reads the best node of each
 fitting bucket from the top of a heap, so its cost grows with the number of
 distinct shapes, not with the number of nodes. Entries are never removed from
-a heap; a node that moves (its free resources or its role change) gets a new
-version and its old entries are skipped when they surface.
+a heap; an entry counts while its node is still in that bucket with that role,
+and is dropped when it surfaces after the node moved (its free resources or
+its role changed).
 
 Pure helpers, no I/O; shared by the pending-placement-group simulation
 (``plan.pending``) and its exact search (``plan.placement``).
