@@ -81,6 +81,8 @@ def check_container(ix: SnapshotIndex) -> list[Finding]:
         if view is None:
             continue
         given = ix.pod_gpu_units(pod)
+        if view.available and abs(ix.nvml_units_by_pod[pod.name] - given) < EPS:
+            continue  # the common, healthy case: NVML sees what the pod was given
         node = ix.nodes.get(pod.node_name)
         node_cap = ix.gpu_capacity(node) if node else 0.0
         subject = f"pod/{pod.namespace}/{pod.name}"
@@ -187,7 +189,7 @@ def check_allocatable(ix: SnapshotIndex) -> list[Finding]:
     """GPU capacity > 0 but allocatable 0, per GPU resource: the devices are registered but unhealthy or stale."""
     out: list[Finding] = []
     for node in ix.snapshot.k8s.nodes:
-        for resource, cap in sorted(gpu_resources(node.capacity).items()):
+        for resource, cap in sorted(ix.node_gpus(node, capacity=True).items()):
             if node.allocatable.get(resource, 0.0) > 0:
                 continue
             ready = ix.device_plugin_ready(node.name)
@@ -228,7 +230,7 @@ def check_mig_strategy(ix: SnapshotIndex) -> list[Finding]:
         strategy = node.labels.get(MIG_STRATEGY_LABEL)
         if strategy is None:
             continue
-        res = gpu_resources(node.capacity)
+        res = ix.node_gpus(node, capacity=True)
         mig = {k: v for k, v in res.items() if (s := shape_of(k)) and s.kind is GpuKind.MIG}
         whole = sum(v for k, v in res.items() if (s := shape_of(k)) and s.kind is GpuKind.WHOLE)
         problem = None

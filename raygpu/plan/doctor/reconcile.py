@@ -129,12 +129,11 @@ def node_rows(ix: SnapshotIndex, findings: Iterable[Finding] = ()) -> tuple[Node
             rn = ix.live_ray_by_instance.get(pod.name)
             if rn is not None:
                 ray += rn.gpu_total
-            view = ix.nvml_by_pod.get(pod.name)
-            if view is not None:
-                if view.available:
-                    nvml = (nvml or 0) + view.gpu_units
-                else:
-                    nvml_down = True
+            units = ix.nvml_units_by_pod.get(pod.name)
+            if units is not None:
+                nvml = (nvml or 0) + units
+            elif pod.name in ix.nvml_by_pod:
+                nvml_down = True
         rows.append(
             NodeRow(
                 node=name,

@@ -113,18 +113,24 @@ def stranded_gpus(
     )
 
 
+def _request(requests: dict[str, float], limits: dict[str, float], resource: str) -> float:
+    """``{**limits, **requests}.get(resource, 0.0)`` without building the merged map: a missing request
+    defaults to the limit, as in Kubernetes."""
+    got = requests.get(resource)
+    return limits.get(resource, 0.0) if got is None else got
+
+
 def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded | None:
     node = ix.nodes[node_name]
-    alloc = gpu_resources(node.allocatable)
+    alloc = ix.node_gpus(node, capacity=False)
     if not alloc:
         return None
     pods = ix.pods_on_node.get(node_name, [])
     used_gpu: dict[str, float] = {}
     used_cpu = used_mem = 0.0
     for pod in pods:
-        req = {**pod.limits, **pod.requests}
-        used_cpu += req.get("cpu", 0.0)
-        used_mem += req.get("memory", 0.0)
+        used_cpu += _request(pod.requests, pod.limits, "cpu")
+        used_mem += _request(pod.requests, pod.limits, "memory")
         for resource, count in ix.pod_gpus(pod).items():
             used_gpu[resource] = used_gpu.get(resource, 0.0) + count
     free_cpu = node.allocatable.get("cpu", 0.0) - used_cpu
