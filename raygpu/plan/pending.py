@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
@@ -40,10 +40,10 @@ from raygpu.plan.together import prove_together
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 
 
-class Host(NamedTuple):
+class Host(Protocol):
     """A Ray node whose capacity counts: alive, and its pod exists and is not on its way out.
 
-    A named tuple, as :class:`Candidate`: one per Ray node of the cluster, built in C."""
+    ``model.views.RayNodeView`` is one: the reclaimer passes its views as they are, no copy per node."""
 
     node_id: str
     labels: dict[str, str]

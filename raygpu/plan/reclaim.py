@@ -28,7 +28,7 @@ from raygpu.model.reclaim import (
     ReclaimReason,
 )
 from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeView, Snapshot
-from raygpu.plan.pending import Candidate, Growth, Host, needed_by_pending_pgs
+from raygpu.plan.pending import Candidate, Growth, needed_by_pending_pgs
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 _GONE_PHASES = ("Succeeded", "Failed")
@@ -115,7 +115,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     needed = {}
     if any(pg.state in _PENDING for pg in snapshot.ray.placement_groups):
         needed = needed_by_pending_pgs(snapshot.ray.placement_groups, _hosts(ray_by_pod, pods, going_away),
-                                       _candidates([w for w in candidates if w.pod.name not in drained], occupants),
+                                       _candidates([w for w in candidates if w.pod.name not in drained],
+                                                   occupants, going_away),
                                        _spare(candidates, headroom),
                                        _growth(cluster))
     for w in candidates:
@@ -127,8 +128,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     #    are kept with GROUP_MINIMUM.
     # 5. Which ones: defragmentation order (frees a whole Kubernetes node first,
     #    then the most idle, then by name), so the minimum keeps the others.
-    names = {_key(w.pod) for w in candidates}
-    candidates.sort(key=lambda w: _defrag_key(w, names, occupants))
+    mine = _staying_on_node(candidates, going_away)
+    candidates.sort(key=lambda w: _defrag_key(w, mine, occupants, going_away))
     to_delete: dict[str, list[_Worker]] = defaultdict(list)
     for w in candidates:
         g = groups[w.group]
@@ -156,9 +157,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             replicas=max(0, g.replicas - len(added)),
             workers_to_delete=g.workers_to_delete + added, added=added))
     deleted = [w for ws in to_delete.values() for w in ws]
-    deleted_keys = {_key(w.pod) for w in deleted}
+    gone = _staying_on_node(deleted, going_away)  # deleted pods that counted among their node's occupants
     freed = sorted({w.pod.node_name for w in deleted if w.pod.node_name
-                    and occupants.get(w.pod.node_name, set()) <= deleted_keys})
+                    and occupants.get(w.pod.node_name, 0) == gone.get(w.pod.node_name, 0)})
     return ReclaimPlan(
         cluster=cluster.name, namespace=cluster.namespace,
         cluster_resource_version=cluster.resource_version, planned_at_s=now_s,
@@ -171,7 +172,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
 
 def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
-           going_away: set[tuple[str, str]]) -> dict[str, Host]:
+           going_away: set[tuple[str, str]]) -> dict[str, RayNodeView]:
     """Ray node id -> capacity that counts: a live Ray node, not DRAINING (Ray places nothing new there),
     whose pod (of this cluster) exists, is not deleting, has not ended and is not on its way out (issue 14
     item 6: a stale Ray node whose pod is gone hosts nothing)."""
@@ -179,17 +180,18 @@ def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
     for p in pods:
         node = ray_by_pod.get(p.name)
         if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
-            out[node.node_id] = Host(node.node_id, node.labels, node.total, node.available)
+            out[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
     return out
 
 
-def _candidates(candidates: list[_Worker], occupants: dict[str, set[tuple[str, str]]]) -> dict[str, Candidate]:
+def _candidates(candidates: list[_Worker], occupants: dict[str, int],
+                going_away: set[tuple[str, str]]) -> dict[str, Candidate]:
     """By Ray node id, ranked least wanted deletion first: shares its node with most staying pods, then
     with most fellow candidates, then least idle, then node id."""
-    names = {_key(w.pod) for w in candidates}
+    mine = _staying_on_node(candidates, going_away)
     out = {}
     for w in candidates:
-        d = _defrag_key(w, names, occupants)
+        d = _defrag_key(w, mine, occupants, going_away)
         out[w.node.node_id] = Candidate(w.node.node_id, w.pod.name, w.group,
                                         ((-d[0], -d[1]), w.idle_for_s or 0.0, w.node.node_id))
     return out
@@ -263,25 +265,37 @@ def _reservation(w: _Worker) -> str | None:
     return w.group if w.group.startswith(RESERVATION_GROUP_PREFIX) else None
 
 
-def _occupants(snapshot: Snapshot, going_away: set[tuple[str, str]]) -> dict[str, set[tuple[str, str]]]:
-    """Kubernetes node name -> (namespace, name) of the pods that will still be on it."""
-    out: dict[str, set[tuple[str, str]]] = defaultdict(set)
+def _stays(pod: K8sPodView, going_away: set[tuple[str, str]]) -> bool:
+    """The pod will still be on its Kubernetes node after this plan, unless the plan deletes it."""
+    return bool(pod.node_name) and not pod.deleting and pod.phase not in _GONE_PHASES and _key(pod) not in going_away
+
+
+def _occupants(snapshot: Snapshot, going_away: set[tuple[str, str]]) -> dict[str, int]:
+    """Kubernetes node name -> how many pods will still be on it (counts, not sets: one cycle at 10,000
+    nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full garbage collection)."""
+    out: dict[str, int] = defaultdict(int)
     for p in snapshot.k8s.pods:
-        if p.node_name and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
-            out[p.node_name].add(_key(p))
+        if _stays(p, going_away):
+            out[p.node_name] += 1
     return out
 
 
-def _defrag_key(w: _Worker, candidates: set[tuple[str, str]], occupants: dict[str, set[tuple[str, str]]]) -> tuple:
-    """Sort key: fewest pods that stay on its node, fewest fellow candidates, most idle, name."""
+def _staying_on_node(workers: list[_Worker], going_away: set[tuple[str, str]]) -> dict[str, int]:
+    """Kubernetes node name -> how many of ``workers`` are among its occupants (``_occupants``)."""
+    out: dict[str, int] = defaultdict(int)
+    for w in workers:
+        if _stays(w.pod, going_away):
+            out[w.pod.node_name] += 1
+    return out
+
+
+def _defrag_key(w: _Worker, mine: dict[str, int], occupants: dict[str, int], going_away: set[tuple[str, str]]) -> tuple:
+    """Sort key: fewest pods that stay on its node, fewest fellow candidates, most idle, name.
+
+    ``w`` is one of the candidates ``mine`` counts per node; of the other occupants of its node, those that
+    are not candidates stay and the rest are its fellow candidates."""
     if not w.pod.node_name:
         return (1, 0, -(w.idle_for_s or 0.0), w.pod.name)  # unknown node: never "frees" one
-    me = _key(w.pod)
-    stay = fellow = 0
-    for k in occupants.get(w.pod.node_name, ()):  # the other pods on its node, counted without a new set
-        if k != me:
-            if k in candidates:
-                fellow += 1
-            else:
-                stay += 1
-    return (stay, fellow, -(w.idle_for_s or 0.0), w.pod.name)
+    fellows = mine.get(w.pod.node_name, 0)
+    stay = occupants.get(w.pod.node_name, 0) - fellows
+    return (stay, fellows - (1 if _stays(w.pod, going_away) else 0), -(w.idle_for_s or 0.0), w.pod.name)
