@@ -131,8 +131,9 @@ class SnapshotIndex:
     device_plugin_on_node: dict[str, list[DevicePluginPod]] = field(default_factory=lambda: defaultdict(list))
     slices_on_node: dict[str, list[ResourceSliceView]] = field(default_factory=lambda: defaultdict(list))
     nvml_by_pod: dict[str, NvmlView] = field(default_factory=dict)
-    _gpu_maps: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)  # by id(pod)
-    _gpu_units: dict[int, float] = field(default_factory=dict, repr=False)  # by id(pod)
+    # by id(pod), for every pod of the snapshot: pod_gpu_map(pod) (do not change it) and its sum
+    gpu_map_by_pod: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
+    gpu_units_by_pod: dict[int, float] = field(default_factory=dict, repr=False)
     _node_maps: dict[tuple[int, bool], dict[str, float]] = field(default_factory=dict, repr=False)  # id(node)
     _node_units: dict[tuple[str, bool], float] = field(default_factory=dict, repr=False)
     nvml_units_by_pod: dict[str, int] = field(default_factory=dict)  # NvmlView.gpu_units of available views
@@ -155,7 +156,10 @@ class SnapshotIndex:
         scope = _cluster_scope(snapshot, ix.live_ray_by_instance)
         for node in k8s.nodes:
             ix.nodes[node.name] = node
+        maps, units = ix.gpu_map_by_pod, ix.gpu_units_by_pod
         for pod in k8s.pods:
+            gpus = maps[id(pod)] = pod_gpu_map(pod)
+            units[id(pod)] = sum(gpus.values())
             live = pod.phase not in TERMINAL_PHASES
             if live and pod.node_name:
                 ix.pods_on_node[pod.node_name].append(pod)
@@ -177,15 +181,15 @@ class SnapshotIndex:
     # ----------------------------------------------------- memoised counts
     def pod_gpus(self, pod: K8sPodView) -> dict[str, float]:
         """``pod_gpu_map(pod)``, computed once per pod per cycle (the snapshot keeps ``pod`` alive)."""
-        got = self._gpu_maps.get(id(pod))
+        got = self.gpu_map_by_pod.get(id(pod))
         if got is None:
-            got = self._gpu_maps[id(pod)] = pod_gpu_map(pod)
+            got = self.gpu_map_by_pod[id(pod)] = pod_gpu_map(pod)
         return got
 
     def pod_gpu_units(self, pod: K8sPodView) -> float:
-        got = self._gpu_units.get(id(pod))
+        got = self.gpu_units_by_pod.get(id(pod))
         if got is None:
-            got = self._gpu_units[id(pod)] = sum(self.pod_gpus(pod).values())
+            got = self.gpu_units_by_pod[id(pod)] = sum(self.pod_gpus(pod).values())
         return got
 
     # ----------------------------------------------------------- node facts

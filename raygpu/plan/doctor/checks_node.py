@@ -74,14 +74,15 @@ def check_driver(ix: SnapshotIndex) -> list[Finding]:
 def check_container(ix: SnapshotIndex) -> list[Finding]:
     """NVML inside a Ray pod sees a different number of GPU units than the pod was given."""
     out: list[Finding] = []
+    views, nvml_units, units = ix.nvml_by_pod, ix.nvml_units_by_pod, ix.gpu_units_by_pod
     for pod in ix.ray_pods:
         if pod.phase != "Running" or not pod.node_name:
             continue
-        view = ix.nvml_by_pod.get(pod.name)
+        view = views.get(pod.name)
         if view is None:
             continue
-        given = ix.pod_gpu_units(pod)
-        if view.available and abs(ix.nvml_units_by_pod[pod.name] - given) < EPS:
+        given = units[id(pod)]
+        if view.available and abs(nvml_units[pod.name] - given) < EPS:
             continue  # the common, healthy case: NVML sees what the pod was given
         node = ix.nodes.get(pod.node_name)
         node_cap = ix.gpu_capacity(node) if node else 0.0

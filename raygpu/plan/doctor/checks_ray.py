@@ -107,10 +107,14 @@ def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> 
 def check_gpu_count(ix: SnapshotIndex) -> list[Finding]:
     """Phantom GPUs (Ray > pod), stranded GPUs (pod > Ray), slices or shares counted as whole GPUs."""
     out: list[Finding] = []
+    live, units = ix.live_ray_by_instance, ix.gpu_units_by_pod
     for pod in ix.ray_pods:
-        rn = ix.live_ray_by_instance.get(pod.name)
+        rn = live.get(pod.name)
         if rn is None or pod.phase in TERMINAL_PHASES:
             continue
+        ray = rn.total.get("GPU", 0.0)  # rn.gpu_total
+        if abs(ray - units[id(pod)]) <= EPS and (ray <= 0 or _slice_counted_whole(ix, pod, rn, ix.pod_gpus(pod)) is None):
+            continue  # the common, healthy case (what _count_findings would find: nothing), decided inline
         out.extend(_count_findings(ix, pod, rn))
     return out
 
