@@ -58,8 +58,10 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         kept[w.pod.name] = _decision(w, DecisionAction.KEEP, reason, detail)
 
     # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name).
-    ray_by_pod = {n.instance_id: n for n in sorted(snapshot.ray.nodes, key=lambda n: n.node_id)
-                  if n.alive and n.instance_id}
+    ray_by_pod: dict[str, RayNodeView] = {}  # of two live nodes with one instance id, the larger node id
+    for n in snapshot.ray.nodes:  # (as a dict built in node id order would keep; without sorting them all)
+        if n.alive and n.instance_id and ((cur := ray_by_pod.get(n.instance_id)) is None or n.node_id >= cur.node_id):
+            ray_by_pod[n.instance_id] = n
     pods = sorted((p for p in snapshot.k8s.pods
                    if p.ray_cluster == cluster.name and p.namespace == cluster.namespace),
                   key=lambda p: p.name)
@@ -86,7 +88,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     for w in workers:
         if not snapshot.ray.reachable:
             keep(w, R.RAY_UNREACHABLE, f"Ray view unavailable: {snapshot.ray.reason or 'unknown'}")
-        elif _key(w.pod) in going_away:
+        elif going_away and _key(w.pod) in going_away:
             keep(w, R.ALREADY_DELETING, "in workersToDelete or being deleted")
         elif (age_s := now_s - w.pod.created_at_s) < policy.startup_grace_s:
             keep(w, R.STARTUP_GRACE, f"age {age_s:.0f}s < startup grace {policy.startup_grace_s:.0f}s")
@@ -179,7 +181,8 @@ def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
     out = {}
     for p in pods:
         node = ray_by_pod.get(p.name)
-        if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
+        if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES \
+                and not (going_away and _key(p) in going_away):
             out[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
     return out
 
@@ -267,7 +270,8 @@ def _reservation(w: _Worker) -> str | None:
 
 def _stays(pod: K8sPodView, going_away: set[tuple[str, str]]) -> bool:
     """The pod will still be on its Kubernetes node after this plan, unless the plan deletes it."""
-    return bool(pod.node_name) and not pod.deleting and pod.phase not in _GONE_PHASES and _key(pod) not in going_away
+    return bool(pod.node_name) and not pod.deleting and pod.phase not in _GONE_PHASES \
+        and not (going_away and _key(pod) in going_away)
 
 
 def _occupants(snapshot: Snapshot, going_away: set[tuple[str, str]]) -> dict[str, int]:
