@@ -30,10 +30,23 @@ class _Candidate:
     index: int
     cap: dict[str, float]
     gpu_kind: GpuKind | None | str = "?"  # computed once per template ("?": at construction), not per bundle
+    # what the plan copies from the template, once per cluster by gang_templates (None: computed when chosen)
+    shape: tuple | None = None  # template_gpu_shape(group)
+    description: str | None = None  # describe_group(group)
+    k8s: tuple[dict[str, float], dict[str, float]] | str | None = None  # pod_k8s_resources(group), or its error
 
     def __post_init__(self) -> None:
         if self.gpu_kind == "?":
             object.__setattr__(self, "gpu_kind", _kind_of(self.group))
+
+    def emitted(self) -> tuple[tuple, str, tuple[dict[str, float], dict[str, float]]]:
+        """(GPU shape and units, description, Kubernetes requests and limits) of a pod of this template;
+        raises the PermanentError of a container quantity that does not parse."""
+        k8s = self.k8s if self.k8s is not None else _k8s_of(self.group)
+        if isinstance(k8s, str):
+            raise PermanentError(k8s)
+        return (self.shape if self.shape is not None else template_gpu_shape(self.group),
+                self.description if self.description is not None else describe_group(self.group), k8s)
 
     def kind(self) -> GpuKind | None:
         return self.gpu_kind
@@ -56,10 +69,20 @@ class GangTemplates:
 def gang_templates(cluster: RayClusterView) -> GangTemplates:
     """Every worker group of ``cluster`` with its Ray capacity and GPU kind (pure; never raises)."""
     try:
-        cands = tuple(_Candidate(g, i, template_capacity(g), _kind_of(g)) for i, g in enumerate(cluster.worker_groups))
+        caps = [template_capacity(g) for g in cluster.worker_groups]
     except PermanentError as e:
         return GangTemplates(cluster, (), str(e))
-    return GangTemplates(cluster, cands)
+    return GangTemplates(cluster, tuple(
+        _Candidate(g, i, cap, _kind_of(g), template_gpu_shape(g), describe_group(g), _k8s_of(g))
+        for i, (g, cap) in enumerate(zip(cluster.worker_groups, caps))))
+
+
+def _k8s_of(group: GroupTemplate) -> tuple[dict[str, float], dict[str, float]] | str:
+    """``pod_k8s_resources(group)``, or the message of the PermanentError it raises."""
+    try:
+        return pod_k8s_resources(group)
+    except PermanentError as e:
+        return str(e)
 
 
 def _kind_of(group: GroupTemplate) -> GpuKind | None:
@@ -287,12 +310,19 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
                                  f"are: {', '.join(c.group.group_name for c in cands)}")
         cands, prefix = named, f"raygpu.io/gang-template names group '{policy.gang_template}': "
     bundles = request.bundles
+    fit_rows: dict[tuple, list[bool]] = {}  # equal bundles (the usual gang) are checked once per template
+    fit = []
+    for b in bundles:
+        key = tuple(b.resources.items())
+        if key not in fit_rows:
+            fit_rows[key] = [_fits(b, c) for c in cands]
+        fit.append(fit_rows[key])
     for i, b in enumerate(bundles):
-        if not any(_fits(b, c) for c in cands):
+        if not any(fit[i]):
             raise _why_not(i, b, cands, prefix)
 
     # 2. Choose the template: it must fit every bundle; then least waste.
-    common = [c for c in cands if all(_fits(b, c) for b in bundles)]
+    common = [c for j, c in enumerate(cands) if all(row[j] for row in fit)]
     if not common:
         best = max(cands, key=lambda c: (sum(_fits(b, c) for b in bundles), -c.index))
         i = next(i for i, b in enumerate(bundles) if not _fits(b, best))
@@ -323,14 +353,13 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
 
     # 4. Emit the plan with its explanation.
     group = chosen.group
-    shape, _ = template_gpu_shape(group)
-    requests, limits = pod_k8s_resources(group)
+    (shape, _), described, (requests, limits) = chosen.emitted()
     rg = reservation_group_name(request.name)
     rule = {Strategy.STRICT_SPREAD: "one bundle per pod",
             Strategy.SPREAD: "one bundle per pod (raygpu owns the pods, so spreading costs nothing)",
             Strategy.STRICT_PACK: "all bundles on one pod",
             Strategy.PACK: "first-fit-decreasing into as few pods as possible"}[request.strategy]
-    reason = [f"{request.strategy.value}: {len(bundles)} bundle(s) -> {pods} pod(s) of {describe_group(group)}; {rule}"]
+    reason = [f"{request.strategy.value}: {len(bundles)} bundle(s) -> {pods} pod(s) of {described}; {rule}"]
     if shape is not None and shape.kind is GpuKind.MIG and any(b.get(GPU) for b in bundles):
         reason.append(f"planned as MIG slices: 1 GPU = one {shape.resource.split('/')[-1]} slice "
                       f"({shape.compute_slices}/7 of a GPU's compute, {shape.memory_gb} GB), not a whole GPU")
