@@ -53,7 +53,8 @@ def shape_of(resource: str) -> GpuShape | None:
 
 def gpu_resources(resources: dict[str, float]) -> dict[str, float]:
     """The non-zero GPU entries of a Kubernetes resource map (``shapes.gpu_resources``, memoised parse)."""
-    return {k: v for k, v in resources.items() if v and _is_gpu(k)}
+    known = _GPU_NAMES  # a name seen before is one dict read, not a call
+    return {k: v for k, v in resources.items() if v and (known.get(k) or (k not in known and _is_gpu(k)))}
 
 
 _GPU_NAMES: dict[str, bool] = {}
@@ -74,11 +75,19 @@ def gpu_units(resources: dict[str, float]) -> float:
 
 def pod_gpu_map(pod: K8sPodView) -> dict[str, float]:
     """GPU resources a pod holds. Extended resources have requests == limits; take the larger."""
-    out = {k: v for k, v in pod.limits.items() if v and _is_gpu(k)}
-    for name, value in pod.requests.items():
-        if value and _is_gpu(name):
-            out[name] = max(out.get(name, 0.0), value)
+    out = gpu_resources(pod.limits)
+    for name, value in gpu_resources(pod.requests).items():
+        out[name] = max(out.get(name, 0.0), value)
     return out
+
+
+def _units_of(view: NvmlView) -> int:
+    """``view.gpu_units`` (MIG instances where MIG is on, else whole devices), counted without a generator."""
+    units = len(view.devices)
+    for d in view.devices:
+        if d.mig_enabled:
+            units += len(d.mig_devices) - 1
+    return units
 
 
 def has_slices(gpu_map: dict[str, float]) -> bool:
@@ -152,7 +161,7 @@ class SnapshotIndex:
                 if view is not None:
                     ix.nvml_by_pod[rn.instance_id] = view
                     if view.available:
-                        ix.nvml_units_by_pod[rn.instance_id] = view.gpu_units
+                        ix.nvml_units_by_pod[rn.instance_id] = _units_of(view)
         scope = _cluster_scope(snapshot, ix.live_ray_by_instance)
         for node in k8s.nodes:
             ix.nodes[node.name] = node
