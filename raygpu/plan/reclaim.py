@@ -130,13 +130,21 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     #    are kept with GROUP_MINIMUM.
     # 5. Which ones: defragmentation order (frees a whole Kubernetes node first,
     #    then the most idle, then by name), so the minimum keeps the others.
+    # 5b. Keep-warm groups (plan.warm): drained candidates go first (they take no work), then the last
+    #     warm_targets[group] candidates in that order stay; other groups are untouched.
     mine = _staying_on_node(candidates, going_away)
-    candidates.sort(key=lambda w: _defrag_key(w, mine, occupants, going_away))
+    warm = policy.warm_targets
+    candidates.sort(key=lambda w: (w.group in warm and w.pod.name not in drained,
+                                   _defrag_key(w, mine, occupants, going_away)))
+    allowed = _warm_allowance(candidates, headroom, warm, drained)
     to_delete: dict[str, list[_Worker]] = defaultdict(list)
     for w in candidates:
         g = groups[w.group]
-        if len(to_delete[w.group]) < headroom[w.group]:
+        if len(to_delete[w.group]) < allowed[w.group]:
             to_delete[w.group].append(w)
+        elif len(to_delete[w.group]) < headroom[w.group]:
+            keep(w, R.KEEP_WARM, f"warm target {policy.warm_targets[w.group]} of group {w.group}: "
+                 f"{policy.warm_reasons.get(w.group, '')}")
         else:
             keep(w, R.GROUP_MINIMUM, f"replicas {g.replicas} - pending deletions {pending[w.group]}"
                  f" - {len(to_delete[w.group])} planned would go below minReplicas {g.min_replicas}")
@@ -149,10 +157,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         if not chosen:
             continue
         for w in chosen:
-            timeout_s = policy.idle_timeout_for_s(w.group)
             decisions[w.pod.name] = (
                 _decision(w, DecisionAction.DELETE, R.DRAINED, _drained(w, policy)) if w.pod.name in drained
-                else _decision(w, DecisionAction.DELETE, R.IDLE, f"idle {w.idle_for_s:.0f}s >= timeout {timeout_s:.0f}s"))
+                else _decision(w, DecisionAction.DELETE, R.IDLE, _idle_detail(w, policy)))
         added = tuple(w.pod.name for w in chosen)
         scale_downs.append(GroupScaleDown(
             group_name=g.group_name, group_index=index, old_replicas=g.replicas,
@@ -171,6 +178,23 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         reclaimed_gpus=sum(w.node.gpu_total for w in deleted if w.node),
         idle_gpu_s=sum(w.node.gpu_total * (w.idle_for_s or 0.0) for w in deleted if w.node),
     )
+
+
+def _idle_detail(w: _Worker, policy: ReclaimPolicy) -> str:
+    if w.group in policy.warm_targets:
+        return f"idle {w.idle_for_s:.0f}s, beyond warm target {policy.warm_targets[w.group]}"
+    return f"idle {w.idle_for_s:.0f}s >= timeout {policy.idle_timeout_for_s(w.group):.0f}s"
+
+
+def _warm_allowance(candidates: list[_Worker], headroom: dict[str, int], warm: dict[str, int],
+                    drained: set[str]) -> dict[str, int]:
+    """Per group, deletions allowed: the headroom, and for a keep-warm group at most its drained candidates
+    plus its other candidates less its warm target (idle workers the group minimum keeps count as warm)."""
+    usable: dict[str, int] = defaultdict(int)
+    gone: dict[str, int] = defaultdict(int)
+    for w in candidates:
+        (gone if w.pod.name in drained else usable)[w.group] += 1
+    return {g: min(h, gone[g] + max(0, usable[g] - warm[g])) if g in warm else h for g, h in headroom.items()}
 
 
 def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
