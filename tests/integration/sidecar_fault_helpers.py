@@ -124,6 +124,16 @@ def scale_small_to_one(env: Env) -> bool:
     return True
 
 
+def no_release_written(side: Sidecar, gang: Gang) -> None:
+    """Nothing of the gang was released; a release its (lagging) cache suggested was stopped by the live read,
+    which found the heartbeat moved (docs/reliability.md: the live read before a HeartbeatLost release)."""
+    decided = side.records("gc-decision", reservation=gang.name, action="release")
+    deferred = side.records("release-deferred", reservation=gang.name)
+    assert {r["reason"] for r in decided} <= {"HeartbeatLost"}, decided
+    assert len(deferred) >= len(decided) and all("heartbeat moved" in r["why"] for r in deferred), deferred
+    assert not side.records("released") and not side.records("draining") and not side.records("release-failed")
+
+
 def no_release_decided(side: Sidecar, gang: Gang) -> None:
     verdicts = {(r["action"], r["reason"]) for r in side.records("gc-decision", reservation=gang.name)}
     assert verdicts == {("keep", "Live")}, verdicts

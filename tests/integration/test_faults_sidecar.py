@@ -28,7 +28,8 @@ from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.faultproxy import EndWatch, Fail, Hang, Reset, Rule, start_for
 from tests.integration.gang_helpers import CM_PATH, RC_PATH, body_has, no_live_ray_pg, nothing_left, seen_after
 from tests.integration.sidecar_fault_helpers import (Env, annotations, intact, live_gang, make_cluster, no_release_decided,
-                                                     release_and_check, reserved_pods, scale_small_to_one, small_group)
+                                                     no_release_written, release_and_check, reserved_pods,
+                                                     scale_small_to_one, small_group)
 from tests.integration.sidecar_helpers import BRIDGE_WAIT_S, Driver, PodDeletions, Sidecar, _workers
 from tests.integration.util import holds_for, wait_for
 
@@ -52,7 +53,9 @@ OUTAGE_S = 25.0  # every heartbeat PATCH fails this long: two beats and their re
 # come every HEARTBEAT_EVERY_S; after the outage the watchdog's next try is at most WATCH_BACKOFF_MAX_S away.
 # So the quiet time the sidecar sees is about OUTAGE_S + WATCH_BACKOFF_MAX_S: a timeout a few seconds above it
 # tests that edge (a watchdog that waited a whole period after a failure would lose the gang here).
-BEAT_TIMEOUT_S = OUTAGE_S + WATCH_BACKOFF_MAX_S + 6
+# The sidecar sees a beat only when its watch delivers it and its next cycle (1 s) runs: on this 2-core box under
+# load that lags by up to several seconds at each end of the quiet time, hence the 10 s above the driver's side.
+BEAT_TIMEOUT_S = OUTAGE_S + WATCH_BACKOFF_MAX_S + 10
 
 
 def test_heartbeats_failing_for_longer_than_a_period_do_not_release_a_live_gang(env, kube):
@@ -77,7 +80,7 @@ def test_heartbeats_failing_for_longer_than_a_period_do_not_release_a_live_gang(
         # past the moment a GC that lost the beat would have released it, plus a few cycles
         holds_for("the gang intact past the heartbeat timeout", lambda: intact(env, gang),
                   max(3.0, t_last + BEAT_TIMEOUT_S + 3 - time.monotonic()), interval_s=1)
-        no_release_decided(side, gang)
+        no_release_written(side, gang)
         release_and_check(env, gang, deletions)
     finally:
         side.stop()
@@ -180,9 +183,10 @@ def test_ended_reset_and_hung_watches_never_make_the_sidecar_act_on_a_stale_cach
         assert annotations(env, gang.name).get(ANNOTATION_HEARTBEAT) != beat_before, "no heartbeat during the hang"
         n = len(env.side.log)
         env.side.release()
-        seen_after(env.side, n, lambda s: s.verb == "GET" and s.path.endswith("/configmaps")
-                   and "watch=" not in s.query and s.status == 200, 30)  # re-listed once the hung watch broke
-        holds_for("the gang intact after the re-list", lambda: intact(env, gang), 3, interval_s=1)
+        # the hung watch's connection closes with no answer: urllib3 retries the GET at once, so the watch
+        # resumes from its last resourceVersion (the API server replays what it missed) instead of re-listing
+        seen_after(env.side, n, lambda s: s.verb == "GET" and s.path.endswith("/configmaps") and s.status == 200, 30)
+        holds_for("the gang intact after the watch resumed", lambda: intact(env, gang), 3, interval_s=1)
         no_release_decided(side, gang)
         release_and_check(env, gang, deletions)
     finally:
