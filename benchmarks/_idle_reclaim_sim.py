@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks._idle_reclaim_trace import PG
+from benchmarks._idle_reclaim_warm import keep_warm_policy
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimMode, ReclaimPolicy
-from raygpu.model.views import PgState, Snapshot
+from raygpu.model.views import PgState, ResourceDemand, Snapshot
+from raygpu.model.warm import WarmHistory, WarmSettings
 from raygpu.plan.reclaim import plan_reclaim
 from raygpu.testing.builders import cluster_view, snap
 
@@ -54,6 +56,8 @@ class Params:
     min_replicas: int
     max_replicas: int
     step_s: float
+    quantile: float = 0.8  # auto: the keep-warm quantile
+    oracle: list[int] | None = None  # oracle: per step, the workers demand will need (perfect foresight)
 
 
 class Sim:
@@ -77,6 +81,11 @@ class Sim:
         self.series: list[tuple[float, ...]] = []
         self.decision_s = 0.0
         self.raygpu_reasons: Counter = Counter()
+        # auto: the sidecar's keep-warm learner, fed what the sidecar would see (plan.warm)
+        self.warm = WarmSettings(quantile=p.quantile, step_s=p.step_s, fallback_timeout_s=p.idle_timeout_s)
+        self.warm_history = WarmHistory()
+        self.startups: list[float] = []  # pod start-ups seen this step (creation -> Ray node up)
+        self.warm_targets: list[int] = []
         # Warm start: one live pod per stream busy at step 0 (t = 0), identical for both policies.
         for sid, s in enumerate(self.streams):
             if s.busy[0] == 1:
@@ -116,6 +125,7 @@ class Sim:
             if not pod.up and pod.up_s <= now:
                 pod.up = True
                 pod.idle_since_s = pod.up_s
+                self.startups.append(now - pod.created_s)  # as the sidecar measures it: the cycle that sees it
         for pg in [x for x in self.placed if x.placed_s is not None and x.placed_s + x.life_s <= now]:
             self._remove_pg(pg, now)
         for sid, s in enumerate(self.streams):
@@ -206,7 +216,7 @@ class Sim:
                 self.m["shadow_only_raygpu"] += len(shadow - set(doomed))
                 self.m["shadow_disagree_steps"] += shadow != set(doomed)
         else:
-            plan = plan_reclaim(self.snapshot(now), self.cluster_view(), self.reclaim_policy, now)
+            plan = plan_reclaim(self.snapshot(now), self.cluster_view(), self._policy(now, self.reclaim_policy), now)
             self.m["decision_calls"] += 1
             self.raygpu_reasons.update(d.reason.value for d in plan.decisions)
             doomed = list(plan.deleted_pods)
@@ -214,13 +224,16 @@ class Sim:
         self._count_kept_past_timeout(now, set(doomed))
         for name in doomed:
             self._delete(name, now)
-        if self.policy == "raygpu":  # Ray's autoscaler still scales up, on the state after raygpu's deletions
+        if self.policy != "ray-v2":  # Ray's autoscaler still scales up, on the state after raygpu's deletions
             reply = self.scheduler.schedule(self.ray_request(now, None))
             self.m["other_terminations"] += len(reply.to_terminate)
         for lr in reply.to_launch:
             for _ in range(lr.count):
                 self._create(now)
                 self.m["launches"] += 1
+
+    def _policy(self, now: float, base: ReclaimPolicy) -> ReclaimPolicy:
+        return keep_warm_policy(self, now, base)  # raygpu: base; auto and oracle: benchmarks._idle_reclaim_warm
 
     def _ray_terminations(self, reply) -> list[str]:
         from ray.core.generated.instance_manager_pb2 import TerminationRequest
@@ -355,7 +368,12 @@ class Sim:
             b.pg(pg.pg_id, name=pg.name, state=PgState.CREATED if pg.placed_s is not None else PgState.PENDING,
                  strategy=pg.strategy, bundles=tuple({"GPU": x} for x in pg.bundles),
                  node_ids=tuple(by_name.get(n) if n else None for n in pg.nodes))
-        return b.obj()
+        out = b.obj()
+        waiting = sum(1 for s in self.streams if s.waiting_since_s is not None)
+        if not waiting:
+            return out
+        demand = (ResourceDemand(bundle={"GPU": g}, count=waiting),)  # Ray's pending tasks, one per waiting stream
+        return out.model_copy(update={"ray": out.ray.model_copy(update={"resource_demand": demand})})
 
     def cluster_view(self) -> RayClusterView:
         g = self.p.gpus_per_pod

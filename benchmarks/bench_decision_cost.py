@@ -1,30 +1,43 @@
-"""Decision cost per cycle: raygpu's reconcile, reclaim and gang planning vs Ray's ResourceDemandScheduler.
+"""Decision cost per cycle: raygpu's reconcile, plan_reclaim and plan_gang, and plan_reclaim beside Ray's scheduler.
 
-Synthetic states, all made up here (no trace): the snapshot of
+Synthetic states, all made up here (no trace). The base is
 ``bench_reconcile.synthetic_snapshot`` (N GPU nodes of 8 GPUs, 2 Ray worker
-pods of 4 GPUs per node, 1% phantom pods, 1% zero-allocatable nodes, N/10
-Pending pods), with every 3rd Ray worker idle for 700 s so that the reclaimer
-has candidates. Timed per cycle, median of ``--runs``:
+pods of 4 GPUs each per node, 1% phantom pods, 1% zero-allocatable nodes, N/10
+Pending pods); every 3rd Ray worker is idle for 700 s with all its resources
+free, the others are busy (no GPU free); workers carry the Ray label
+``zone`` = ``a`` or ``b``. Times are CPU seconds (``time.process_time``) and
+wall seconds (``time.perf_counter``), each the minimum of ``--runs`` runs,
+with the 1-minute load average when the size started (a busy box inflates
+wall time, less so CPU time). The garbage of the previous run is collected
+before each run; collections during a run are timed.
 
-* ``reconcile``: ``raygpu.plan.doctor.reconcile.reconcile(snapshot, now)``.
-* ``reclaim``: ``raygpu.plan.reclaim.plan_reclaim`` on the same snapshot and a
-  RayCluster whose group ``gpu-group`` has replicas = 2N (idle timeout 600 s).
-* ``gang``: ``raygpu.plan.gang.plan_gang`` for N/10 pending placement groups of
-  4 bundles ``{"GPU": 1}`` each (one per Pending pod), on a 1/4/8-GPU cluster.
-* ``ray``: ``ray.autoscaler.v2.scheduler.ResourceDemandScheduler.schedule`` on
-  the same state: 2N RAY_RUNNING instances of node type ``gpu-group``
-  (GPU 4, CPU 8), the same idle workers (idle_duration 700 s, idle timeout
-  600 s) and N/10 pending resource requests ``{"GPU": 4, "CPU": 8}``. It is
-  quadratic or worse in the node count here (5 s at 500 nodes and 200 s at
-  2,000 on this box), so it runs only up to ``--ray-max-nodes`` (1,000; quick:
-  100); larger sizes print "not run".
+1. **raygpu's cycle** (no Ray counterpart for reconcile and plan_gang, so
+   reported alone): ``reconcile(snapshot, now)``; ``plan_reclaim`` with N/10
+   pending placement groups of 2 x ``{"GPU": 4, "CPU": 8}`` (PACK, SPREAD and
+   STRICT_SPREAD in turn) with label selectors (``zone: a`` or
+   ``zone: in(a,b)``); ``plan_gang`` for N/10 requests of 4 x ``{"GPU": 1}``
+   on a 1/4/8-GPU cluster (``gang_templates`` once per cycle). The total is
+   their sum; a least-squares line and a log-log fit over the sizes give its
+   growth (ms per 1,000 nodes, and the exponent: 1.0 is linear).
+2. **Like for like**: ``plan_reclaim`` and Ray's
+   ``ResourceDemandScheduler.schedule`` (ray 2.60, autoscaler v2) on the same
+   state, built from the same snapshot (one ``AutoscalerInstance`` per Ray
+   worker with its total, available and idle time; idle timeout 600 s; node
+   types ``gpu-group`` {GPU 4, CPU 8} with room to double and ``gpu8``
+   {GPU 8, CPU 16} with none running), in three states:
 
-Plot (unless ``--no-plot``): ms per cycle vs nodes, log-log, each raygpu
-planner, their sum and Ray's scheduler, in
-``benchmarks/results/decision_cost.png`` (``decision_cost_quick.png``).
+   * ``none``: no pending demand (Ray terminates idle nodes, raygpu deletes idle workers);
+   * ``scale-up``: N/10 pending ``{"GPU": 8, "CPU": 16}`` (raygpu: pending PGs of one such
+     bundle), which fit no idle node: Ray launches ``gpu8`` nodes, raygpu protects nothing;
+   * ``worst``: N/10 pending ``{"GPU": 4, "CPU": 8}``, which fit exactly on idle workers
+     (Ray's worst case: requests x nodes, with deep copies; raygpu keeps the workers they need).
 
-    python -m benchmarks.bench_decision_cost            # 500 .. 10,000 nodes
-    python -m benchmarks.bench_decision_cost --quick    # 50, 100 nodes
+   Ray runs a size only while its predicted time (from the previous sizes'
+   growth) fits ``--ray-budget-s`` per run; the note says where it stopped.
+
+    python -m benchmarks.bench_decision_cost                      # 500 .. 10,000 nodes
+    python -m benchmarks.bench_decision_cost --sizes 500,1000,2000,5000,10000,20000 --runs 3
+    python -m benchmarks.bench_decision_cost --quick              # 50, 100 nodes
 """
 
 from __future__ import annotations
@@ -33,7 +46,8 @@ import argparse
 import gc
 import json
 import logging
-import statistics
+import math
+import os
 import time
 
 from benchmarks._common import machine, machine_line, print_table, save_plot
@@ -41,27 +55,62 @@ from benchmarks.bench_reconcile import NOW_S, synthetic_snapshot
 from raygpu.model.gang import GangRequest
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy
-from raygpu.plan.gang import plan_gang
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.model.views import PgState, PlacementGroupView, Snapshot
 from raygpu.plan.doctor.reconcile import reconcile
+from raygpu.plan.gang import gang_templates, plan_gang
+from raygpu.plan.reclaim import plan_reclaim
 from raygpu.testing.builders import cluster_view
 
 GiB = 2**30
 FULL = (500, 1000, 2000, 5000, 10000)
 QUICK = (50, 100)
+MAX_SIZE = 20_000
 IDLE_S = 700.0
+STATES = ("none", "scale-up", "worst")
+DEMAND = {"scale-up": {"GPU": 8.0, "CPU": 16.0}, "worst": {"GPU": 4.0, "CPU": 8.0}}
+STRATEGIES = ("PACK", "SPREAD", "STRICT_SPREAD")
 
 
-def with_idle_workers(snap):
-    nodes = [n.model_copy(update={"idle_since_s": NOW_S - IDLE_S}) if (not n.is_head and i % 3 == 0) else n
-             for i, n in enumerate(snap.ray.nodes)]
+def with_idle_workers(snap: Snapshot) -> Snapshot:
+    """Every 3rd Ray worker idle for IDLE_S with everything free, the others busy with no GPU free; a zone label."""
+    nodes = []
+    for i, n in enumerate(snap.ray.nodes):
+        if n.is_head:
+            nodes.append(n)
+            continue
+        idle = i % 3 == 0
+        nodes.append(n.model_copy(update={
+            "idle_since_s": NOW_S - IDLE_S if idle else None, "labels": {"zone": "ab"[i % 2]},
+            "available": dict(n.total) if idle else {**n.total, "GPU": 0.0}}))
     return snap.model_copy(update={"ray": snap.ray.model_copy(update={"nodes": tuple(nodes)})})
+
+
+def with_pending(snap: Snapshot, pgs: list[PlacementGroupView]) -> Snapshot:
+    return snap.model_copy(update={"ray": snap.ray.model_copy(update={"placement_groups": tuple(pgs)})})
+
+
+def cycle_pgs(n: int) -> list[PlacementGroupView]:
+    """N/10 pending PGs of 2 x {GPU 4, CPU 8} with label selectors, strategies in turn."""
+    return [PlacementGroupView(pg_id=f"pg{i:06d}", state=PgState.PENDING, strategy=STRATEGIES[i % 3],
+                               bundles=({"GPU": 4.0, "CPU": 8.0},) * 2,
+                               bundle_label_selectors=({"zone": "a" if i % 2 else "in(a,b)"},) * 2)
+            for i in range(max(1, n // 10))]
+
+
+def state_pgs(n: int, state: str) -> list[PlacementGroupView]:
+    """The like-for-like state's pending demand as raygpu sees it: N/10 PGs of one bundle (none for ``none``)."""
+    if state == "none":
+        return []
+    return [PlacementGroupView(pg_id=f"pg{i:06d}", state=PgState.PENDING, bundles=(DEMAND[state],))
+            for i in range(max(1, n // 10))]
 
 
 def reclaim_cluster(n: int) -> RayClusterView:
     res = {"cpu": 8.0, "memory": 64.0 * GiB, "nvidia.com/gpu": 4.0}
+    res8 = {"cpu": 16.0, "memory": 128.0 * GiB, "nvidia.com/gpu": 8.0}
     return (cluster_view("rc", resource_version="1").head(limits={"cpu": 4, "memory": 16 * GiB})
-            .group("gpu-group", replicas=2 * n, min_replicas=0, max_replicas=4 * n, limits=res, requests=res).obj())
+            .group("gpu-group", replicas=2 * n, min_replicas=0, max_replicas=4 * n, limits=res, requests=res)
+            .group("gpu8", replicas=0, min_replicas=0, max_replicas=n, limits=res8, requests=res8).obj())
 
 
 def gang_cluster() -> RayClusterView:
@@ -71,7 +120,8 @@ def gang_cluster() -> RayClusterView:
     return view.obj()
 
 
-def ray_request(n: int):
+def ray_request(snap: Snapshot, n: int, state: str):
+    """Ray's SchedulingRequest for the same state: one RAY_RUNNING instance per Ray worker of ``snap``."""
     from ray.autoscaler.v2.instance_manager.config import NodeTypeConfig
     from ray.autoscaler.v2.scheduler import SchedulingRequest
     from ray.autoscaler.v2.schema import AutoscalerInstance
@@ -79,47 +129,83 @@ def ray_request(n: int):
     from ray.core.generated.instance_manager_pb2 import Instance
 
     cfg = {"gpu-group": NodeTypeConfig(name="gpu-group", min_worker_nodes=0, max_worker_nodes=4 * n,
-                                       resources={"CPU": 8.0, "GPU": 4.0, "memory": 64.0 * GiB})}
+                                       resources={"CPU": 8.0, "GPU": 4.0}),
+           "gpu8": NodeTypeConfig(name="gpu8", min_worker_nodes=0, max_worker_nodes=n,
+                                  resources={"CPU": 16.0, "GPU": 8.0})}
     inst = []
-    for i in range(2 * n):
+    for i, rn in enumerate(x for x in snap.ray.nodes if not x.is_head):
         nid = f"{i + 1:056x}"
-        idle = i % 3 == 0
         im = Instance(instance_id=f"i-{i}", instance_type="gpu-group", status=Instance.RAY_RUNNING, node_id=nid,
-                      cloud_instance_id=f"pod-{i}", node_kind=2)  # 2 = WORKER
-        rn = NodeState(node_id=bytes.fromhex(nid), instance_id=f"pod-{i}", ray_node_type_name="gpu-group",
-                       total_resources={"CPU": 8.0, "GPU": 4.0},
-                       available_resources={"CPU": 8.0, "GPU": 4.0 if idle else 0.0},
-                       idle_duration_ms=int(IDLE_S * 1000) if idle else 0)
-        inst.append(AutoscalerInstance(cloud_instance_id=f"pod-{i}", ray_node=rn, im_instance=im))
-    reqs = [ResourceRequestByCount(request=ResourceRequest(resources_bundle={"GPU": 4.0, "CPU": 8.0}),
-                                   count=max(1, n // 10))]
+                      cloud_instance_id=rn.instance_id, node_kind=2)  # 2 = WORKER
+        idle_ms = int((NOW_S - rn.idle_since_s) * 1000) if rn.idle_since_s is not None else 0
+        ns = NodeState(node_id=bytes.fromhex(nid), instance_id=rn.instance_id, ray_node_type_name="gpu-group",
+                       total_resources=dict(rn.total), available_resources=dict(rn.available),
+                       idle_duration_ms=idle_ms, labels=dict(rn.labels))
+        inst.append(AutoscalerInstance(cloud_instance_id=rn.instance_id, ray_node=ns, im_instance=im))
+    reqs = [] if state == "none" else [ResourceRequestByCount(
+        request=ResourceRequest(resources_bundle=DEMAND[state]), count=max(1, n // 10))]
     return SchedulingRequest(disable_launch_config_check=True, node_type_configs=cfg, idle_timeout_s=600.0,
                              resource_requests=reqs, current_instances=inst)
 
 
-def timed(fn, runs: int) -> tuple[float, object]:
-    times, out = [], None
+def measure(fn, runs: int) -> tuple[float, float, object]:
+    """(fastest CPU seconds, fastest wall seconds, the last output) over ``runs`` runs."""
+    cpu, wall, out = math.inf, math.inf, None
     for _ in range(runs):
         gc.collect()
-        t0 = time.perf_counter()
+        c0, w0 = time.process_time(), time.perf_counter()
         out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+        cpu, wall = min(cpu, time.process_time() - c0), min(wall, time.perf_counter() - w0)
+    return cpu, wall, out
 
 
-def plot(rows: list[dict], name: str, title: str) -> str:
+def fit(points: list[tuple[int, float]]) -> dict[str, float] | None:
+    """Least-squares ms per 1,000 nodes and the log-log exponent (1.0: linear) of (nodes, ms) points."""
+    if len(points) < 2:
+        return None
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-9)) for y in ys]
+    mlx, mly = sum(lx) / len(lx), sum(ly) / len(ly)
+    exponent = sum((a - mlx) * (b - mly) for a, b in zip(lx, ly)) / sum((a - mlx) ** 2 for a in lx)
+    return {"ms_per_1000_nodes": round(slope * 1000, 2), "loglog_exponent": round(exponent, 3)}
+
+
+def ray_should_run(done: list[tuple[int, float]], n: int, budget_s: float, cap: int | None) -> str | None:
+    """None to run Ray at ``n``, else why not: over ``--ray-max-nodes``, or its predicted time over the budget."""
+    if cap is not None and n > cap:
+        return f"not run: above --ray-max-nodes {cap}"
+    if not done:
+        return None if n <= 2000 else "not run: no size <= 2,000 measured first to predict its time from"
+    (n1, t1), exponent = done[-1], 2.0  # quadratic until two sizes tell
+    if len(done) >= 2 and done[-2][1] > 0:
+        n0, t0 = done[-2]
+        exponent = max(1.0, math.log(t1 / t0) / math.log(n1 / n0))
+    predicted = t1 * (n / n1) ** exponent
+    if predicted > budget_s:
+        return (f"not run: predicted {predicted:.0f} s > --ray-budget-s {budget_s:.0f} "
+                f"({t1:.1f} s at {n1:,} nodes, growth exponent {exponent:.2f})")
+    return None
+
+
+def plot(rows: list[dict], comparison: list[dict], name: str, title: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for key, label, kw in (("reconcile_ms", "raygpu reconcile", dict(marker="o", ls=":", color="tab:blue")),
-                           ("reclaim_ms", "raygpu plan_reclaim", dict(marker="s", ls=":", color="tab:orange")),
-                           ("gang_ms", "raygpu plan_gang (N/10 PGs)", dict(marker="^", ls=":", color="tab:purple")),
-                           ("raygpu_total_ms", "raygpu, the three together", dict(marker="o", lw=2, color="tab:green")),
-                           ("ray_ms", "Ray ResourceDemandScheduler.schedule", dict(marker="D", lw=2, color="tab:red"))):
-        pts = [(r["nodes"], r[key]) for r in rows if r.get(key)]
+    series = [("raygpu cycle (reconcile + plan_reclaim + plan_gang)", [(r["nodes"], r["raygpu_total_ms"]) for r in rows],
+               dict(marker="o", lw=2, color="tab:green"))]
+    colours = {"none": "tab:blue", "scale-up": "tab:orange", "worst": "tab:red"}
+    for state in STATES:
+        mine = [c for c in comparison if c["state"] == state]
+        series.append((f"raygpu plan_reclaim, {state}", [(c["nodes"], c["raygpu_ms"]) for c in mine],
+                       dict(marker="s", ls=":", color=colours[state])))
+        series.append((f"Ray schedule(), {state}", [(c["nodes"], c["ray_ms"]) for c in mine if c["ray_ms"]],
+                       dict(marker="D", color=colours[state])))
+    for label, pts, kw in series:
         if pts:
             ax.plot([x for x, _ in pts], [y for _, y in pts], label=label, **kw)
     ax.set_xscale("log")
@@ -127,73 +213,118 @@ def plot(rows: list[dict], name: str, title: str) -> str:
     ax.set_xticks([r["nodes"] for r in rows], [f"{r['nodes']:,}" for r in rows])
     ax.minorticks_off()
     ax.set_xlabel("Kubernetes GPU nodes (2 Ray workers each)")
-    ax.set_ylabel("ms per cycle")
+    ax.set_ylabel("CPU ms per cycle (min of runs)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
     return save_plot(fig, name)
+
+
+def sizes_arg(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes takes node counts separated by commas, got {text!r}") from None
+    if not sizes or any(not 10 <= s <= MAX_SIZE for s in sizes):
+        raise argparse.ArgumentTypeError(f"--sizes: each size must be 10 to {MAX_SIZE:,} nodes, got {text!r}")
+    return tuple(sorted(set(sizes)))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="50 and 100 nodes")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sizes", type=sizes_arg, default=None, help=f"node counts, e.g. 500,1000,20000 (<= {MAX_SIZE:,})")
+    ap.add_argument("--runs", type=int, default=3, help="runs per measurement (the fastest is reported)")
+    ap.add_argument("--ray-budget-s", type=float, default=60.0, help="longest predicted Ray run to start")
     ap.add_argument("--ray-max-nodes", type=int, default=None, help="largest size Ray's scheduler is run at")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
     logging.getLogger("ray").setLevel(logging.ERROR)
-    sizes = QUICK if args.quick else FULL
-    ray_max = args.ray_max_nodes or (100 if args.quick else 1000)
+    sizes = args.sizes or (QUICK if args.quick else FULL)
     policy = ReclaimPolicy(idle_timeout_s=600.0, startup_grace_s=0.0)
-    gc_cluster = gang_cluster()
-    rows = []
+    gcl = gang_cluster()
+    rows, comparison = [], []
+    ray_done: dict[str, list[tuple[int, float]]] = {s: [] for s in STATES}
+    ray_note: dict[str, str] = {}
     for n in sizes:
-        snap = with_idle_workers(synthetic_snapshot(n))
+        load = round(os.getloadavg()[0], 2)
+        base = with_idle_workers(synthetic_snapshot(n))
         rc = reclaim_cluster(n)
+        snap = with_pending(base, cycle_pgs(n))
         reqs = [GangRequest(name=f"pg-{i}", cluster="rc", bundles=[{"GPU": 1.0}] * 4) for i in range(max(1, n // 10))]
-        rec_s, _ = timed(lambda: reconcile(snap, NOW_S), args.runs)
-        recl_s, plan = timed(lambda: plan_reclaim(snap, rc, policy, NOW_S), args.runs)
-        gang_s, _ = timed(lambda: [plan_gang(r, gc_cluster) for r in reqs], args.runs)
-        row = {"nodes": n, "ray_nodes": len(snap.ray.nodes), "pending": len(reqs),
-               "reconcile_ms": round(rec_s * 1e3, 2), "reclaim_ms": round(recl_s * 1e3, 2),
-               "reclaim_deletes": len(plan.deleted_pods), "gang_ms": round(gang_s * 1e3, 2),
-               "ray_ms": None, "ray_to_terminate": None, "ray_note": None}
-        if n <= ray_max:
-            try:
-                from ray.autoscaler.v2.scheduler import ResourceDemandScheduler
-
-                req = ray_request(n)
-                ray_s, reply = timed(lambda: ResourceDemandScheduler().schedule(req), 1 if n >= 500 else args.runs)
-                row["ray_ms"] = round(ray_s * 1e3, 2)
-                row["ray_to_terminate"] = len(reply.to_terminate)
-            except Exception as e:  # noqa: BLE001 - say why, do not fake a number
-                row["ray_note"] = f"not run: {type(e).__name__}: {e}"[:200]
-        else:
-            row["ray_note"] = f"not run: above --ray-max-nodes {ray_max} (super-linear; 2,000 nodes took ~200 s)"
-        raygpu_ms = row["reconcile_ms"] + row["reclaim_ms"] + row["gang_ms"]
-        row["raygpu_total_ms"] = round(raygpu_ms, 2)
-        row["ray_over_raygpu"] = round(row["ray_ms"] / raygpu_ms, 2) if row["ray_ms"] else None
+        rec = measure(lambda: reconcile(snap, NOW_S), args.runs)
+        recl = measure(lambda: plan_reclaim(snap, rc, policy, NOW_S), args.runs)
+        gang = measure(lambda: [plan_gang(r, gcl, templates=t) for t in [gang_templates(gcl)] for r in reqs], args.runs)
+        row = {"nodes": n, "ray_nodes": len(snap.ray.nodes), "gpus": 8 * n, "pending_pgs": len(snap.ray.placement_groups),
+               "load_avg_1m": load, "reclaim_deletes": len(recl[2].deleted_pods),
+               "reclaim_kept_for_pgs": sum(d.reason.value == "NeededByPendingPG" for d in recl[2].decisions)}
+        for key, (cpu, wall, _) in (("reconcile", rec), ("reclaim", recl), ("gang", gang)):
+            row[f"{key}_ms"], row[f"{key}_wall_ms"] = round(cpu * 1e3, 2), round(wall * 1e3, 2)
+        row["raygpu_total_ms"] = round(row["reconcile_ms"] + row["reclaim_ms"] + row["gang_ms"], 2)
+        row["raygpu_total_wall_ms"] = round(row["reconcile_wall_ms"] + row["reclaim_wall_ms"] + row["gang_wall_ms"], 2)
         rows.append(row)
+        for state in STATES:
+            s = with_pending(base, state_pgs(n, state))
+            cpu, wall, plan = measure(lambda: plan_reclaim(s, rc, policy, NOW_S), args.runs)
+            c = {"nodes": n, "state": state, "load_avg_1m": round(os.getloadavg()[0], 2),
+                 "raygpu_ms": round(cpu * 1e3, 2), "raygpu_wall_ms": round(wall * 1e3, 2),
+                 "raygpu_deletes": len(plan.deleted_pods), "ray_ms": None, "ray_wall_ms": None,
+                 "ray_to_terminate": None, "ray_to_launch": None, "ray_over_raygpu": None, "ray_note": None}
+            why = ray_note.get(state) or ray_should_run(ray_done[state], n, args.ray_budget_s, args.ray_max_nodes)
+            if why is None:
+                try:
+                    from ray.autoscaler.v2.scheduler import ResourceDemandScheduler
+
+                    req = ray_request(s, n, state)
+                    first = measure(lambda: ResourceDemandScheduler().schedule(req), 1)
+                    more = measure(lambda: ResourceDemandScheduler().schedule(req), args.runs - 1) \
+                        if args.runs > 1 and first[0] * (args.runs - 1) <= args.ray_budget_s else None
+                    rcpu, rwall, reply = (min(first[0], more[0]), min(first[1], more[1]), more[2]) if more else first
+                    ray_done[state].append((n, rcpu))
+                    c.update(ray_ms=round(rcpu * 1e3, 2), ray_wall_ms=round(rwall * 1e3, 2),
+                             ray_to_terminate=len(reply.to_terminate),
+                             ray_to_launch=sum(r.count for r in reply.to_launch),
+                             ray_over_raygpu=round(rcpu / cpu, 2) if cpu > 0 else None)
+                except Exception as e:  # noqa: BLE001 - say why, do not fake a number
+                    why = f"not run: {type(e).__name__}: {e}"[:200]
+            if why is not None:
+                c["ray_note"] = why
+                if why.startswith("not run: predicted"):
+                    ray_note[state] = f"not run: stopped at a smaller size ({why[len('not run: '):]})"
+            comparison.append(c)
+    fits = {key: fit([(r["nodes"], r[f"{key}_ms"]) for r in rows])
+            for key in ("reconcile", "reclaim", "gang", "raygpu_total")}
     plots = []
     if not args.no_plot:
-        plots.append(plot(rows, "decision_cost_quick.png" if args.quick else "decision_cost.png",
-                          f"decision cost per cycle (synthetic states, median of {args.runs} runs; "
-                          f"Ray's scheduler up to {ray_max} nodes)"))
+        plots.append(plot(rows, comparison, "decision_cost_quick.png" if args.quick else "decision_cost.png",
+                          f"decision cost per cycle, CPU ms, min of {args.runs} runs (synthetic states)"))
     result = {"benchmark": "decision_cost", "runs": args.runs, "machine": machine(), "data": "synthetic",
-              "plots": plots, "rows": rows}
+              "ray_budget_s": args.ray_budget_s, "plots": plots, "rows": rows, "comparison": comparison, "fits": fits}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"decision cost per cycle, median of {args.runs} runs (Ray at >=500 nodes: 1 run); synthetic states")
+    print(f"decision cost per cycle: CPU and wall ms, each the min of {args.runs} runs; synthetic states")
     print(machine_line(result["machine"]))
-    print_table(rows, [("nodes", "nodes", "d"), ("ray_nodes", "ray nodes", "d"), ("reconcile_ms", "reconcile ms", ".1f"),
-                       ("reclaim_ms", "reclaim ms", ".1f"), ("gang_ms", "gang ms", ".1f"),
-                       ("raygpu_total_ms", "raygpu ms", ".1f"), ("ray_ms", "Ray RDS ms", ".1f"),
-                       ("ray_over_raygpu", "Ray/raygpu", ".2f")])
-    for r in rows:
-        if r["ray_note"]:
-            print(f"  {r['nodes']} nodes: Ray {r['ray_note']}")
+    print("\n1. raygpu's cycle (N/10 pending PGs with label selectors; N/10 gang requests)")
+    print_table(rows, [("nodes", "nodes", "d"), ("ray_nodes", "ray nodes", "d"), ("gpus", "GPUs", "d"),
+                       ("reconcile_ms", "reconcile", ".1f"), ("reclaim_ms", "reclaim", ".1f"), ("gang_ms", "gang", ".1f"),
+                       ("raygpu_total_ms", "total CPU ms", ".1f"), ("raygpu_total_wall_ms", "total wall ms", ".1f"),
+                       ("load_avg_1m", "load", ".2f")])
+    for key, f in fits.items():
+        if f:
+            print(f"  {key}: {f['ms_per_1000_nodes']:.1f} ms per 1,000 nodes (least squares), "
+                  f"log-log exponent {f['loglog_exponent']:.2f} (1.0 = linear)")
+    print("\n2. plan_reclaim vs Ray's ResourceDemandScheduler.schedule(), same state (CPU ms)")
+    print_table(comparison, [("nodes", "nodes", "d"), ("state", "state", "s"), ("raygpu_ms", "plan_reclaim", ".1f"),
+                             ("ray_ms", "Ray schedule", ".1f"), ("ray_over_raygpu", "Ray/raygpu", ".2f"),
+                             ("raygpu_deletes", "raygpu deletes", "d"), ("ray_to_terminate", "Ray terminates", "d"),
+                             ("ray_to_launch", "Ray launches", "d"), ("load_avg_1m", "load", ".2f")])
+    for c in comparison:
+        if c["ray_note"]:
+            print(f"  {c['nodes']:,} nodes, {c['state']}: Ray {c['ray_note']}")
     for p in plots:
         print(f"plot: {p}")
     return 0

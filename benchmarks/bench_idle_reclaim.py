@@ -35,7 +35,9 @@ What is real and what is synthesized:
   up ``--startup-s`` later. Deletions take effect at once (KubeRay deletes a
   listed pod within seconds) and never race with new work.
 
-Policies (scale-down only; same ``--idle-timeout`` for both):
+Policies (scale-down only), run side by side in one run: ``ray-v2`` at each fixed
+``--idle-timeout`` (30/60/120/180/300/600 s), ``auto`` and ``oracle``
+(``_idle_reclaim_warm.py``), and with ``--with-raygpu`` ``raygpu`` at each timeout:
 
 * ``ray-v2``: the same ``schedule`` call with ``idle_timeout_s`` set; every
   ``to_terminate`` with cause ``IDLE`` is deleted (Ray skips an idle node that
@@ -45,6 +47,16 @@ Policies (scale-down only; same ``--idle-timeout`` for both):
   its ``deleted_pods`` are deleted. Ray's scheduler is then called with
   ``idle_timeout_s=None`` for the launches (the docs' setup: autoscaler
   scales up, raygpu scales down).
+* ``auto``: ``plan_reclaim`` with the keep-warm targets of ``raygpu.plan.warm``
+  (the sidecar's code, fed what the sidecar would see; ``--quantile``, fallback
+  ``--auto-fallback`` until enough history).
+* ``oracle``: the same, keeping warm the exact rise of future demand over the next
+  start-up window (perfect foresight; the bound of a keep-warm policy).
+
+The Pareto plot (``idle_reclaim_pareto.png``: idle GPU-h vs waiting GPU-h, marker
+area ~ launches) and the goal check (``_idle_reclaim_pareto.py``: at ``auto``'s idle
+GPU-h, PG wait p95 <= 0.5x and launches <= 0.9x of the interpolated fixed curve,
+said plainly when not met) come from the same run.
 
 Metrics (summed over clusters): idle GPU-h (GPUs of live workers with no task
 and no bundle), provisioned GPU-h (all pods, starting ones included), waiting
@@ -66,7 +78,7 @@ Ray's ``SchedulingRequest`` is built in ``_idle_reclaim_sim.py``, not imported f
 same classes and conventions (``AutoscalerInstance`` = IM ``Instance`` + GCS
 ``NodeState``, instance id = pod name).
 
-    python -m benchmarks.bench_idle_reclaim            # 143 streams, 22.8 h, 2 clusters, timeouts 60 and 300 s
+    python -m benchmarks.bench_idle_reclaim            # 143 streams, 22.8 h, 2 clusters, 6 timeouts + auto + oracle
     python -m benchmarks.bench_idle_reclaim --quick    # 24 streams, 3 h, 1 cluster
     python -m benchmarks.bench_idle_reclaim --idle-timeout 300 --max-replicas 24   # quota-capped clusters
     python -m benchmarks.bench_idle_reclaim --json --no-plot
@@ -84,13 +96,16 @@ from typing import Any
 from benchmarks._common import machine, machine_line, need_traces, percentile, print_table, save_plot
 from benchmarks._idle_reclaim_sim import Params, Sim
 from benchmarks._idle_reclaim_trace import MEMBER, PG, TRACE, Trace, busy_series, load_trace, make_pgs
+from benchmarks._idle_reclaim_pareto import goal_check, pareto_plot
+from benchmarks._idle_reclaim_warm import oracle_demand
 from raygpu.model.reclaim import ReclaimReason
 
-POLICIES = ("ray-v2", "raygpu")
+FIXED_TIMEOUTS_S = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0)
 
 
 def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, steps: int) -> dict[str, Any]:
-    """Simulate every cluster under one policy; cap 0 = each cluster's streams + 8 (never binding in practice)."""
+    """Simulate every cluster under one policy; cap 0 = each cluster's streams + 8 (never binding in practice).
+    ``auto`` uses ``timeout_s`` as its fallback; ``oracle`` is told the future demand."""
     streams_all = [busy_series(trace.samples[p], trace.n_steps, args.busy_threshold) for p in stream_ids(trace, args)]
     per_cluster: list[list[list[int]]] = [[] for _ in range(args.clusters)]
     for k, s in enumerate(streams_all):
@@ -101,9 +116,11 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
         pgs = make_pgs(c, args.seed, steps * trace.step_s, args.pg_rate, args.spread_share, args.pg_life_min,
                        args.gpus_per_pod, args.pg_max_bundles)
         arrived.append(list(pgs))
+        oracle = oracle_demand(streams, pgs, steps, trace.step_s, args.gpus_per_pod) if policy == "oracle" else None
         p = Params(gpus_per_pod=args.gpus_per_pod, idle_timeout_s=timeout_s, startup_s=args.startup_s,
-                   min_replicas=args.min_replicas, max_replicas=cap or (len(streams) + 8), step_s=trace.step_s)
-        sims.append(Sim(c, policy, streams, pgs, p))
+                   min_replicas=args.min_replicas, max_replicas=cap or (len(streams) + 8), step_s=trace.step_s,
+                   quantile=args.quantile, oracle=oracle)
+        sims.append(Sim(c, policy, streams, pgs, p, shadow=not args.no_shadow))
     for i in range(steps):
         for sim in sims:
             sim.step(i)
@@ -161,7 +178,11 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
         row["shadow_disagree_steps"] = m["shadow_disagree_steps"]
         row["shadow_only_ray"] = m["shadow_only_ray"]
         row["shadow_only_raygpu"] = m["shadow_only_raygpu"]
-    if policy == "raygpu":
+    targets = [t for sim in sims for t in sim.warm_targets]
+    if policy in ("auto", "oracle"):
+        row["warm_target_mean"] = round(sum(targets) / len(targets), 2) if targets else None
+        row["warm_steps"] = len(targets)  # cluster-steps past the fallback
+    if policy != "ray-v2":  # every policy that runs plan_reclaim
         row["raygpu_needed_by_pending_pg"] = reasons.get(ReclaimReason.NEEDED_BY_PENDING_PG.value, 0)
         row["raygpu_holds_bundle"] = reasons.get(ReclaimReason.HOLDS_BUNDLE.value, 0)
     return {"row": row, "series": series}
@@ -199,6 +220,7 @@ COLUMNS = [("idle_timeout_s", "timeout s", ".0f"), ("max_replicas", "cap", "d"),
            ("pg_wait_p50_s", "PG wait p50 s", ".0f"), ("pg_wait_p95_s", "PG wait p95 s", ".0f"),
            ("launches", "launches", "d"), ("scale_downs", "scale-downs", "d"), ("churn", "churn", "d"),
            ("contested_steps", "contested", "d"), ("shadow_disagree_steps", "disagree", "d"),
+           ("warm_target_mean", "warm mean", ".2f"),
            ("decision_ms_mean", "decide ms", ".1f")]
 
 
@@ -206,7 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="24 streams, 3 h, 1 cluster")
     ap.add_argument("--idle-timeout", type=float, nargs="+", default=None,
-                    help="idle timeout(s) in seconds, one run each, the same for both policies (default 60 300)")
+                    help="Ray v2's fixed idle timeouts in seconds, one run each (default 30 60 120 180 300 600)")
+    ap.add_argument("--quantile", type=float, default=0.8, help="auto: the keep-warm quantile (default 0.8)")
+    ap.add_argument("--auto-fallback", type=float, default=300.0,
+                    help="auto: the fixed idle timeout until enough history (default 300 s)")
+    ap.add_argument("--with-raygpu", action="store_true",
+                    help="also run raygpu's plan_reclaim with each fixed timeout (it matched ray-v2 at every step)")
+    ap.add_argument("--no-shadow", action="store_true",
+                    help="skip the shadow plan_reclaim call of the ray-v2 runs (the 'disagree' column)")
     ap.add_argument("--clusters", type=int, default=None, help="RayClusters (default 2; quick 1)")
     ap.add_argument("--streams", type=int, default=None, help="trace pods used (default all 143; quick 24)")
     ap.add_argument("--hours", type=float, default=None, help="simulated hours (default the whole trace; quick 3)")
@@ -230,31 +259,40 @@ def main(argv: list[str] | None = None) -> int:
     args.clusters = args.clusters or (1 if args.quick else 2)
     if args.streams is None and args.quick:
         args.streams = 24
-    timeouts = args.idle_timeout or [60.0, 300.0]
+    timeouts = args.idle_timeout or list(FIXED_TIMEOUTS_S)
     caps = args.max_replicas or [0]
     t_start = time.perf_counter()
     trace = load_trace()
     load_s = time.perf_counter() - t_start
     hours = args.hours or (3.0 if args.quick else None)
     steps = min(trace.n_steps, int(round(hours * 3600 / trace.step_s))) if hours else trace.n_steps
-    rows, plots = [], []
-    for timeout in timeouts:
-        for cap in caps:
-            series = {}
-            for pol in POLICIES:
-                out = run_policy(pol, trace, args, float(timeout), cap, steps)
-                rows.append(out["row"])
-                series[pol] = out["series"]
-            if not args.no_plot:
-                suffix = "_quick" if args.quick else ""
-                cap_s = f"max {cap} pods/cluster" if cap else "no cap"
-                name = f"idle_reclaim_timeline_t{int(timeout)}{f'_cap{cap}' if cap else ''}{suffix}.png"
-                plots.append(plot(series, name,
-                                  f"alibaba-genai-v2026 duty cycles, {rows[-1]['streams']} streams in {args.clusters} "
-                                  f"RayCluster(s), {cap_s}, idle timeout {timeout:.0f}s, start-up "
-                                  f"{args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster"))
+    rows, plots, goals = [], [], []
+    suffix = "_quick" if args.quick else ""
+    for cap in caps:
+        series: dict[str, Any] = {}
+        runs = [("ray-v2", float(t)) for t in timeouts]
+        runs += [("raygpu", float(t)) for t in timeouts if args.with_raygpu]
+        runs += [("auto", args.auto_fallback), ("oracle", args.auto_fallback)]
+        group = []
+        for pol, timeout in runs:
+            out = run_policy(pol, trace, args, timeout, cap, steps)
+            rows.append(out["row"])
+            group.append(out["row"])
+            series[f"{pol} {timeout:.0f}s" if pol in ("ray-v2", "raygpu") else pol] = out["series"]
+        goal = goal_check(group)
+        goal["max_replicas"] = cap or None
+        goals.append(goal)
+        if not args.no_plot:
+            cap_s = f"max {cap} pods/cluster" if cap else "no cap"
+            title = (f"alibaba-genai-v2026 duty cycles, {group[0]['streams']} streams in {args.clusters} RayCluster(s), "
+                     f"{cap_s}, start-up {args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, auto q={args.quantile:g}")
+            tag = f"{f'_cap{cap}' if cap else ''}{suffix}"
+            plots.append(pareto_plot(group, f"idle_reclaim_pareto{tag}.png", title))
+            shown = {k: v for k, v in series.items() if k in ("ray-v2 300s", "auto", "oracle")}
+            plots.append(plot(shown, f"idle_reclaim_timeline{tag}.png", title))
     elapsed = time.perf_counter() - t_start
-    params = {"idle_timeouts_s": [float(t) for t in timeouts], "clusters": args.clusters,
+    params = {"idle_timeouts_s": [float(t) for t in timeouts], "auto_quantile": args.quantile,
+              "auto_fallback_s": args.auto_fallback, "clusters": args.clusters,
               "streams": rows[0]["streams"], "steps": steps, "step_s": trace.step_s,
               "hours": round(steps * trace.step_s / 3600, 2), "busy_threshold_pct": args.busy_threshold,
               "gpus_per_pod": args.gpus_per_pod, "startup_s": args.startup_s, "min_replicas": args.min_replicas,
@@ -263,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "idle_reclaim", "machine": machine(), "params": params,
               "data": {"trace": f"alibaba-genai-v2026/{TRACE.name}:{MEMBER}", "trace_pods": len(trace.pods),
                        "trace_steps": trace.n_steps, "synthesized": "placement groups, pods, scale-up timing"},
-              "elapsed_s": round(elapsed, 2), "trace_load_s": round(load_s, 2), "plots": plots, "rows": rows}
+              "elapsed_s": round(elapsed, 2), "trace_load_s": round(load_s, 2), "plots": plots, "rows": rows,
+              "goal": goals}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -272,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.busy_threshold:g}%, start-up {args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, seed {args.seed}")
     print(machine_line(result["machine"]) + f"; simulated in {elapsed:.1f}s")
     print_table(rows, COLUMNS)
+    for g in goals:
+        for line in g["lines"]:
+            print(line)
     for p in plots:
         print(f"plot: {p}")
     return 0

@@ -10,6 +10,8 @@ must be able to read any cluster, so nothing here connects a driver:
   as ``PlacementGroupTableData`` protos, the only source that carries the
   per-bundle ``label_selector`` and the creator job id (the dicts of
   ``ray.util.placement_group_table()`` drop both, and need ``ray.init``);
+* pending tasks and actors (``resource_demand``): the same cluster status's
+  ``resource_demands.ray_task_actor_demand``, for the keep-warm policy;
 * the job table (``read_job_liveness``): which driver jobs are alive, for the
   reservation garbage collector.
 
@@ -33,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-from raygpu.model.views import PgState, PlacementGroupView, RayNodeView, RayView
+from raygpu.model.views import PgState, PlacementGroupView, RayNodeView, RayView, ResourceDemand
 
 HEAD_RESOURCE = "node:__internal_head__"  # how Ray's autoscaler v2 tells the head apart
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
@@ -76,10 +78,11 @@ def read_ray_view(address: str | None = None, timeout_s: float = 10, now_s: floa
     if "error" in result:
         e = result["error"]
         return RayView(reachable=False, reason=f"reading the Ray GCS at {gcs} failed: {type(e).__name__}: {e}")
-    nodes, pgs = result["raw"]
+    nodes, pgs, demand = result["raw"]
     try:
         return RayView(nodes=tuple(node_view(n, now_s) for n in nodes),
-                       placement_groups=tuple(placement_group_view(p) for p in pgs))
+                       placement_groups=tuple(placement_group_view(p) for p in pgs),
+                       resource_demand=demand_view(demand))
     except Exception as e:  # noqa: BLE001 - a reply we cannot parse is a Ray version problem, not a crash
         return RayView(reachable=False, reason=f"unexpected GCS reply from {gcs}: {type(e).__name__}: {e}")
 
@@ -107,7 +110,7 @@ def _probe_tcp(gcs: str, timeout_s: float) -> None:
     socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
 
 
-def _read_raw(gcs: str, timeout_s: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _read_raw(gcs: str, timeout_s: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     from google.protobuf.json_format import MessageToDict
     from ray._raylet import GcsClientOptions, GlobalStateAccessor
     from ray.autoscaler.v2.sdk import get_cluster_status
@@ -122,7 +125,8 @@ def _read_raw(gcs: str, timeout_s: float) -> tuple[list[dict[str, Any]], list[di
         raise ConnectionError("GlobalStateAccessor could not connect")
     pgs = [MessageToDict(PlacementGroupTableData.FromString(raw), preserving_proto_field_name=True)
            for raw in accessor.get_placement_group_table()]
-    return nodes, pgs
+    demand = [dataclasses.asdict(d) for d in status.resource_demands.ray_task_actor_demand]
+    return nodes, pgs, demand
 
 
 # ------------------------------------------------------------ conversions
@@ -171,6 +175,14 @@ def placement_group_view(pg: dict[str, Any]) -> PlacementGroupView:
         bundle_node_ids=tuple(_hex(b.get("node_id")) for b in bundles),
         bundle_label_selectors=tuple(dict(b.get("label_selector") or {}) for b in bundles),
         creator_job_id=creator)
+
+
+def demand_view(demand: list[dict[str, Any]]) -> tuple[ResourceDemand, ...]:
+    """``ResourceDemandSummary.ray_task_actor_demand`` (each ``dataclasses.asdict``) -> pending tasks and
+    actors by shape. Placement-group demand is left out: the PG table says which bundles are unplaced."""
+    return tuple(ResourceDemand(bundle={str(k): float(v) for k, v in (b.get("bundle") or {}).items()},
+                                count=int(b.get("count") or 0))
+                 for d in demand for b in d.get("bundles_by_count") or [] if int(b.get("count") or 0) > 0)
 
 
 def _hex(b64: str | None) -> str | None:

@@ -17,9 +17,11 @@ from pydantic import Field
 
 from raygpu.model.base import Frozen
 from raygpu.model.gang import Backend
-from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, KEY_GANG_BACKEND, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT,
-                                 KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, POLICY_KEYS, PREFIX)
+from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, IDLE_TIMEOUT_AUTO, KEY_GANG_BACKEND, KEY_GANG_TEMPLATE,
+                                 KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
+                                 KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX)
 from raygpu.model.reclaim import ReclaimMode
+from raygpu.model.warm import WarmSettings
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -45,10 +47,21 @@ class ClusterPolicy(Frozen):
     reclaim: ReclaimMode = ReclaimMode.DRY_RUN
     reconcile: ReconcileMode = ReconcileMode.REPORT
     group_idle_timeout_s: dict[str, float] = Field(default_factory=dict)
+    # raygpu.io/idle-timeout: auto (the cluster) and raygpu.io/idle-timeout.<group>: auto (a group)
+    idle_timeout_auto: bool = False
+    group_idle_timeout_auto: frozenset[str] = frozenset()
+    warm: WarmSettings = Field(default_factory=WarmSettings)  # the keep-warm knobs
 
     def idle_timeout_for(self, group_name: str) -> float:
         """Idle timeout of worker group ``group_name``: its override, else the cluster's."""
         return self.group_idle_timeout_s.get(group_name, self.idle_timeout_s)
+
+    def is_auto(self, group_name: str) -> bool:
+        """True when ``group_name`` uses the keep-warm policy: its own ``auto``, or the cluster's ``auto``
+        and no fixed override of its own."""
+        if group_name in self.group_idle_timeout_auto:
+            return True
+        return self.idle_timeout_auto and group_name not in self.group_idle_timeout_s
 
 
 class AnnotationProblem(Frozen):
@@ -131,11 +144,16 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
     take(KEY_GANG_BACKEND, "gang_backend", lambda v: _enum_value(Backend, v))
     take(KEY_QUEUE, "queue", _queue_name)
     take(KEY_GANG_TEMPLATE, "gang_template", _group_name)
-    take(KEY_IDLE_TIMEOUT, "idle_timeout_s", parse_duration_s)
+    if _is_auto(ann.get(KEY_IDLE_TIMEOUT)):
+        fields["idle_timeout_auto"] = True
+    else:
+        take(KEY_IDLE_TIMEOUT, "idle_timeout_s", parse_duration_s)
     take(KEY_RECLAIM, "reclaim", lambda v: _enum_value(ReclaimMode, v))
     take(KEY_RECONCILE, "reconcile", lambda v: _enum_value(ReconcileMode, v))
 
+    warm = _warm_settings(ann, problems)
     group_timeouts: dict[str, float] = {}
+    group_auto: set[str] = set()
     cluster_timeout = fields.get("idle_timeout_s", defaults.idle_timeout_s)
     for key in sorted(ann):
         raw = str(ann[key])
@@ -144,7 +162,10 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
             try:
                 if not group:
                     raise ValueError("no worker group name after 'raygpu.io/idle-timeout.'")
-                group_timeouts[group] = parse_duration_s(_text(ann[key]))
+                if _is_auto(ann[key]):
+                    group_auto.add(group)
+                else:
+                    group_timeouts[group] = parse_duration_s(_text(ann[key]))
             except (ValueError, TypeError) as exc:
                 problems.append(AnnotationProblem(key=key, value=raw, reason=str(exc),
                                                   default_used=f"cluster idle timeout {cluster_timeout:g}s"))
@@ -154,4 +175,36 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
                 problems.append(AnnotationProblem(key=key, value=raw, reason=f"unknown key; did you mean {close[0]}?",
                                                   default_used="ignored"))
     fields["group_idle_timeout_s"] = group_timeouts
+    fields["group_idle_timeout_auto"] = frozenset(group_auto)
+    fields["warm"] = warm
     return ClusterPolicy(**fields), problems
+
+
+def _is_auto(raw: object) -> bool:
+    return isinstance(raw, str) and raw.strip().lower() == IDLE_TIMEOUT_AUTO
+
+
+def _quantile(raw: str) -> float:
+    try:
+        q = float(raw.strip())
+    except ValueError:
+        raise ValueError("not a number; use a quantile in (0, 1], e.g. 0.8") from None
+    if not math.isfinite(q) or not 0 < q <= 1:
+        raise ValueError("a quantile must be in (0, 1]")
+    return q
+
+
+def _warm_settings(ann: dict[str, str], problems: list[AnnotationProblem]) -> WarmSettings:
+    """The keep-warm knobs; each bad value is a problem and keeps its default."""
+    defaults = WarmSettings()
+    out: dict[str, float] = {}
+    for key, field, parse in ((KEY_WARM_QUANTILE, "quantile", _quantile),
+                              (KEY_WARM_HISTORY, "history_s", parse_duration_s),
+                              (KEY_WARM_FALLBACK, "fallback_timeout_s", parse_duration_s)):
+        if key in ann:
+            try:
+                out[field] = parse(_text(ann[key]))
+            except (ValueError, TypeError) as exc:
+                problems.append(AnnotationProblem(key=key, value=str(ann[key]), reason=str(exc),
+                                                  default_used=repr(getattr(defaults, field))))
+    return WarmSettings(**out)

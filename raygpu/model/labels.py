@@ -19,11 +19,17 @@ PREFIX = "raygpu.io/"
 KEY_GANG_BACKEND = "raygpu.io/gang-backend"  # coscheduling | kueue | volcano | none (default none)
 KEY_QUEUE = "raygpu.io/queue"  # the Kueue LocalQueue of reservations (backend kueue)
 KEY_GANG_TEMPLATE = "raygpu.io/gang-template"  # worker group reservations copy (default: the planner picks)
-KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"  # e.g. 300s, 10m: a worker idle that long is reclaimed
+KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"  # e.g. 300s, 10m: a worker idle that long is reclaimed; or auto
+IDLE_TIMEOUT_AUTO = "auto"  # the keep-warm policy learns each group's warm workers (docs/reclaimer.md)
 GROUP_IDLE_TIMEOUT_PREFIX = KEY_IDLE_TIMEOUT + "."  # raygpu.io/idle-timeout.<worker group>: per-group override
+# keep-warm knobs, read when an idle timeout is "auto" (raygpu.plan.warm; defaults in raygpu.model.warm)
+KEY_WARM_QUANTILE = "raygpu.io/warm-quantile"  # 0 < q <= 1 (default 0.8): quantile of the demand rise kept warm
+KEY_WARM_HISTORY = "raygpu.io/warm-history"  # a duration (default 6h): how far back demand samples count
+KEY_WARM_FALLBACK = "raygpu.io/warm-fallback"  # a duration (default 300s): idle timeout until enough samples
 KEY_RECLAIM = "raygpu.io/reclaim"  # off | dry-run | on (default dry-run): what the sidecar may write
 KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what the doctor may write
-POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE)
+POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
+               KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK)
 
 # ---------------------------------------------------------------------------------------------
 # Labels raygpu writes (on pods, Ray nodes, state ConfigMaps and gang objects)
@@ -46,9 +52,16 @@ ANNOTATION_GATED = "raygpu.io/gated"  # read on a reservation's pods: set, they 
 ANNOTATION_REQUEUE = "raygpu.io/requeue-at"  # on a coscheduling PodGroup: unix seconds, forces a retry
 
 # ---------------------------------------------------------------------------------------------
+# The keep-warm state ConfigMap (raygpu.reclaim.warm): one per RayCluster with a group in auto
+# ---------------------------------------------------------------------------------------------
+LABEL_WARM_STATE = "raygpu.io/warm-state"  # value: the RayCluster name (as a DNS label); with LABEL_CLUSTER
+WARM_STATE_KEY = "history.json"  # its data key: raygpu.model.warm.encode_history
+
+# ---------------------------------------------------------------------------------------------
 # Names raygpu derives
 # ---------------------------------------------------------------------------------------------
 RESERVATION_GROUP_PREFIX = "rg-"  # worker groups that carry a reservation: rg-<request name>
+WARM_STATE_SUFFIX = "-raygpu-warm"  # the keep-warm state ConfigMap: warm_state_name(cluster)
 
 # ---------------------------------------------------------------------------------------------
 # The local testbed only (raygpu.testing)
@@ -87,6 +100,15 @@ def _hashed(head: str, *parts: str) -> str:
     digest = hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()[:8]
     head = head[: 63 - len(HASH_SEPARATOR) - 8].strip("-") or RESERVATION_GROUP_PREFIX.strip("-")
     return f"{head}{HASH_SEPARATOR}{digest}"
+
+
+def warm_state_name(cluster: str) -> str:
+    """The keep-warm state ConfigMap of a RayCluster: ``<cluster>-raygpu-warm`` (a DNS label, hashed when
+    the cluster name does not fit). Deterministic; different clusters give different names."""
+    plain = cluster + WARM_STATE_SUFFIX
+    if _clean(cluster) == cluster and cluster and len(plain) <= 63:
+        return plain
+    return _hashed(f"{_clean(cluster)}{WARM_STATE_SUFFIX}", cluster, "warm")
 
 
 def reservation_group_name(request_name: str) -> str:

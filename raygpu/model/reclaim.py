@@ -44,9 +44,17 @@ class ReclaimPolicy(Frozen):
     # in workersToDelete (the patch after the drain did not land): deleted without waiting for the idle
     # timeout, as a Ray node in DRAINING state is; the drain, not the timeout, proved them idle.
     drained_pods: frozenset[str] = frozenset()
+    # Keep-warm (raygpu.io/idle-timeout: auto, raygpu.plan.warm): group -> idle workers to keep warm. Such a
+    # group has no idle timeout; after every protection it keeps this many idle candidates (KEEP_WARM) and
+    # deletes the rest. warm_reasons says why (quantile, window, numbers). Empty: no group in auto.
+    warm_targets: dict[str, int] = Field(default_factory=dict)
+    warm_reasons: dict[str, str] = Field(default_factory=dict)
 
     def idle_timeout_for_s(self, group: str) -> float:
-        """The idle timeout of ``group``: its override, else the cluster-wide one."""
+        """The idle timeout of ``group``: 0 for a keep-warm group (its target decides), else its override,
+        else the cluster-wide one."""
+        if group in self.warm_targets:
+            return 0.0
         return self.group_idle_timeout_s.get(group, self.idle_timeout_s)
 
     @property
@@ -75,8 +83,9 @@ class ReclaimReason(str, Enum):
     NOT_IDLE_LONG_ENOUGH = "NotIdleLongEnough"  # busy, idle < timeout, or no Ray node yet
     NEEDED_BY_PENDING_PG = "NeededByPendingPG"  # a pending/rescheduling PG needs it to fit
     GROUP_MINIMUM = "GroupMinimum"  # deleting it would go below minReplicas
+    KEEP_WARM = "KeepWarm"  # an idle candidate of a keep-warm group, within its learned warm target
     DRAIN_REJECTED = "DrainRejected"  # Ray refused the idle drain (work landed after the plan) or it failed
-    IDLE = "Idle"  # deleted: idle for the timeout, and Ray accepted its idle drain
+    IDLE = "Idle"  # deleted: idle for the timeout (keep-warm: beyond the target), and Ray accepted its idle drain
     DRAINED = "Drained"  # deleted: its Ray node is DRAINING or was drained by us; it takes no new work
 
 

@@ -66,11 +66,20 @@ class PlacementGroupView(Frozen):
     creator_job_id: str | None = None
 
 
+class ResourceDemand(Frozen):
+    """``count`` pending tasks or actors that each need ``bundle`` (Ray resource names)."""
+
+    bundle: dict[str, float] = Field(default_factory=dict)
+    count: int = 1
+
+
 class RayView(Frozen):
     reachable: bool = True
     reason: str | None = None  # why not reachable
     nodes: tuple[RayNodeView, ...] = ()
     placement_groups: tuple[PlacementGroupView, ...] = ()
+    # tasks and actors waiting for resources (the autoscaler's demand; PGs are in placement_groups)
+    resource_demand: tuple[ResourceDemand, ...] = ()
 
 
 # ---------------------------------------------------------- Kubernetes view

@@ -7,8 +7,9 @@ bucket the nodes that stay (``free`` role) by node id and the idle candidates
 each bucket once (fit and label selectors) and reads the best node of each
 fitting bucket from the top of a heap, so its cost grows with the number of
 distinct shapes, not with the number of nodes. Entries are never removed from
-a heap; a node that moves (its free resources or its role change) gets a new
-version and its old entries are skipped when they surface.
+a heap; an entry counts while its node is still in that bucket with that role,
+and is dropped when it surfaces after the node moved (its free resources or
+its role changed).
 
 Pure helpers, no I/O; shared by the pending-placement-group simulation
 (``plan.pending``) and its exact search (``plan.placement``).
@@ -49,25 +50,30 @@ def matches_all(selectors: list[dict[str, str]], labels: dict[str, str]) -> bool
 
 @dataclass
 class _Bucket:
+    key: tuple
     labels: dict[str, str]
     free: dict[str, float]
     live: int = 0
-    free_heap: list[tuple[str, int]] = field(default_factory=list)  # (node id, version)
-    cand_heaps: dict[str, list[tuple[tuple, str, int]]] = field(default_factory=dict)  # group -> (rank, node, version)
+    free_heap: list[str] = field(default_factory=list)  # node ids
+    cand_heaps: dict[str, list[tuple[tuple, str]]] = field(default_factory=dict)  # group -> (rank, node id)
 
 
 class FreeIndex:
     """Nodes by shape (labels, free resources) and role; see the module docstring.
 
     ``add``/``move`` place a node; ``best_free`` and ``best_cand`` answer "which node of this role takes
-    this demand", honouring an exclusion set (small: the nodes of one placement group).
+    this demand", honouring an exclusion set (small: the nodes of one placement group). A heap entry is
+    current while its node is in that bucket with that role; a node that comes back to a bucket may
+    have two current entries there, which changes no answer (the same node, the same rank). Per node the
+    index keeps no object of its own but its candidate rank entry: bucket keys are shared, free heaps hold
+    the node ids themselves (at 20,000 Ray nodes a cycle builds it twice).
     """
 
     def __init__(self) -> None:
         self._buckets: dict[tuple, _Bucket] = {}
-        self._where: dict[str, tuple] = {}  # node id -> bucket key
-        self._version: dict[str, int] = {}
+        self._where: dict[str, tuple] = {}  # node id -> bucket key (the bucket's own, shared)
         self.labels: dict[str, dict[str, str]] = {}
+        self._label_key: dict[str, tuple] = {}  # node id -> its labels sorted, computed once
         self.free: dict[str, dict[str, float]] = {}
         self.role: dict[str, str] = {}
         self.group: dict[str, str] = {}
@@ -75,7 +81,9 @@ class FreeIndex:
 
     def add(self, node_id: str, labels: dict[str, str], free: dict[str, float], role: str,
             group: str = "", rank: tuple = ()) -> None:
+        """Place a new node. ``labels`` and ``free`` are kept, not copied: nothing here changes them."""
         self.labels[node_id] = labels
+        self._label_key[node_id] = tuple(sorted(labels.items()))
         self.group[node_id] = group
         self.rank[node_id] = rank
         self.move(node_id, free, role)
@@ -88,27 +96,25 @@ class FreeIndex:
             bucket.live -= 1
             if bucket.live == 0:
                 del self._buckets[old]
-        version = self._version.get(node_id, 0) + 1
-        self._version[node_id] = version
         self.free[node_id] = free
         self.role[node_id] = role
-        key = (tuple(sorted(self.labels[node_id].items())), tuple(sorted(free.items())))
+        key = (self._label_key[node_id], tuple(sorted(free.items())))
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = _Bucket(self.labels[node_id], free)
+            bucket = self._buckets[key] = _Bucket(key, self.labels[node_id], free)
         bucket.live += 1
-        self._where[node_id] = key
+        self._where[node_id] = bucket.key
         if role == FREE:
-            heapq.heappush(bucket.free_heap, (node_id, version))
+            heapq.heappush(bucket.free_heap, node_id)
         else:
-            heapq.heappush(bucket.cand_heaps.setdefault(self.group[node_id], []), (self.rank[node_id], node_id, version))
+            heapq.heappush(bucket.cand_heaps.setdefault(self.group[node_id], []), (self.rank[node_id], node_id))
 
     def copy(self) -> "FreeIndex":
         """An independent copy (cheaper than adding every node again: nothing is re-sorted)."""
         out = FreeIndex()
-        out._buckets = {k: _Bucket(b.labels, b.free, b.live, list(b.free_heap),
+        out._buckets = {k: _Bucket(b.key, b.labels, b.free, b.live, list(b.free_heap),
                                    {g: list(h) for g, h in b.cand_heaps.items()}) for k, b in self._buckets.items()}
-        out._where, out._version = dict(self._where), dict(self._version)
+        out._where, out._label_key = dict(self._where), dict(self._label_key)
         out.labels, out.free, out.role = dict(self.labels), dict(self.free), dict(self.role)
         out.group, out.rank = dict(self.group), dict(self.rank)
         return out
@@ -118,32 +124,36 @@ class FreeIndex:
         return [b for b in list(self._buckets.values())
                 if b.live and fits(demand, b.free) and matches_all(selectors, b.labels)]
 
+    def _current(self, bucket: _Bucket, node: str, role: str) -> bool:
+        return self._where.get(node) is bucket.key and self._buckets.get(bucket.key) is bucket \
+            and self.role[node] == role
+
     def best_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
         """The lowest node id of the bucket's free role not in ``skip``."""
-        top = self._top(bucket.free_heap, skip, lambda e: (e[0], e[1]))
-        return top[0] if top else None
+        return self._top(bucket, bucket.free_heap, skip, FREE, lambda e: e)
 
     def best_cands(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> list[tuple[tuple, str]]:
         """Per group, the most preferred candidate of the bucket not in ``skip``: [(rank, node id)]."""
         out = []
-        for heap in bucket.cand_heaps.values():
-            top = self._top(heap, skip, lambda e: (e[1], e[2]))
+        for group, heap in bucket.cand_heaps.items():
+            top = self._top(bucket, heap, skip, CAND, lambda e: e[1], group)
             if top:
-                out.append((top[0], top[1]))
+                out.append(top)
         return out
 
     def cands(self, bucket: _Bucket) -> list[str]:
         """Every candidate of the bucket (one pass over its heaps)."""
-        return sorted({e[1] for heap in bucket.cand_heaps.values() for e in heap if self._version.get(e[1]) == e[2]})
+        return sorted({e[1] for g, heap in bucket.cand_heaps.items() for e in heap
+                       if self._current(bucket, e[1], CAND) and self.group[e[1]] == g})
 
-    def _top(self, heap: list, skip, node_version):
-        """The first valid entry of ``heap`` whose node is not in ``skip`` (stale entries are dropped)."""
+    def _top(self, bucket: _Bucket, heap: list, skip, role: str, node_of, group: str | None = None):
+        """The first current entry of ``heap`` whose node is not in ``skip`` (stale entries are dropped)."""
         held = []
         found = None
         while heap:
             entry = heap[0]
-            node, version = node_version(entry)
-            if self._version.get(node) != version:
+            node = node_of(entry)
+            if not self._current(bucket, node, role) or (group is not None and self.group[node] != group):
                 heapq.heappop(heap)  # stale: the node moved since
                 continue
             if node in skip:

@@ -30,10 +30,65 @@ class _Candidate:
     group: GroupTemplate
     index: int
     cap: dict[str, float]
+    gpu_kind: GpuKind | None | str = "?"  # computed once per template ("?": at construction), not per bundle
+    # what the plan copies from the template, once per cluster by gang_templates (None: computed when chosen)
+    shape: tuple | None = None  # template_gpu_shape(group)
+    description: str | None = None  # describe_group(group)
+    k8s: tuple[dict[str, float], dict[str, float]] | str | None = None  # pod_k8s_resources(group), or its error
+
+    def __post_init__(self) -> None:
+        if self.gpu_kind == "?":
+            object.__setattr__(self, "gpu_kind", _kind_of(self.group))
+
+    def emitted(self) -> tuple[tuple, str, tuple[dict[str, float], dict[str, float]]]:
+        """(GPU shape and units, description, Kubernetes requests and limits) of a pod of this template;
+        raises the PermanentError of a container quantity that does not parse."""
+        k8s = self.k8s if self.k8s is not None else _k8s_of(self.group)
+        if isinstance(k8s, str):
+            raise PermanentError(k8s)
+        return (self.shape if self.shape is not None else template_gpu_shape(self.group),
+                self.description if self.description is not None else describe_group(self.group), k8s)
 
     def kind(self) -> GpuKind | None:
-        shape, _ = template_gpu_shape(self.group)
-        return shape.kind if shape is not None else None
+        return self.gpu_kind
+
+
+@dataclass(frozen=True)
+class GangTemplates:
+    """The worker groups of one RayCluster as ``plan_gang`` weighs them, computed once per cluster.
+
+    Pass it to every ``plan_gang`` of one cycle (``templates=``) so that each request does not parse the
+    same templates again. A template whose spec did not parse is kept as its error: ``plan_gang`` raises
+    it at the step where it would have found it.
+    """
+
+    cluster: RayClusterView
+    candidates: tuple[_Candidate, ...]
+    error: str | None = None
+
+
+def gang_templates(cluster: RayClusterView) -> GangTemplates:
+    """Every worker group of ``cluster`` with its Ray capacity and GPU kind (pure; never raises)."""
+    try:
+        caps = [template_capacity(g) for g in cluster.worker_groups]
+    except PermanentError as e:
+        return GangTemplates(cluster, (), str(e))
+    return GangTemplates(cluster, tuple(
+        _Candidate(g, i, cap, _kind_of(g), template_gpu_shape(g), describe_group(g), _k8s_of(g))
+        for i, (g, cap) in enumerate(zip(cluster.worker_groups, caps))))
+
+
+def _k8s_of(group: GroupTemplate) -> tuple[dict[str, float], dict[str, float]] | str:
+    """``pod_k8s_resources(group)``, or the message of the PermanentError it raises."""
+    try:
+        return pod_k8s_resources(group)
+    except PermanentError as e:
+        return str(e)
+
+
+def _kind_of(group: GroupTemplate) -> GpuKind | None:
+    shape, _ = template_gpu_shape(group)
+    return shape.kind if shape is not None else None
 
 
 def _misfit(amounts: dict[str, float], cap: dict[str, float]) -> str | None:
@@ -124,11 +179,34 @@ def _pack(bundles: tuple[Bundle, ...], strategy: Strategy, c: _Candidate) -> lis
     # PACK: first-fit-decreasing by dominant share of a pod, ties by bundle index (deterministic).
     order = sorted(range(len(bundles)), key=lambda i: (
         -max(v / c.cap[r] for r, v in bundles[i].resources.items()), i))
-    pods = _FirstFit(c.cap, len(bundles))
+    pods = _FirstFit(c.cap, len(bundles)) if len(bundles) > _SMALL else _FewPods(c.cap)
     assign = [0] * len(bundles)
     for i in order:
         assign[i] = pods.place(bundles[i].resources)
     return assign
+
+
+_SMALL = 16  # up to this many bundles a plain scan of the pods is cheaper than building the tree
+
+
+class _FewPods:
+    """First fit by a plain scan of the open pods: the same pods, the same floats as :class:`_FirstFit`."""
+
+    def __init__(self, cap: dict[str, float]) -> None:
+        self.cap = cap
+        self.left: list[dict[str, float]] = []
+
+    def place(self, amounts: dict[str, float]) -> int:
+        for i, left in enumerate(self.left):
+            if not any(v > left[r] + _EPS for r, v in amounts.items()):
+                break
+        else:
+            self.left.append(dict(self.cap))
+            i = len(self.left) - 1
+        left = self.left[i]
+        for r, v in amounts.items():
+            left[r] -= v
+        return i
 
 
 class _FirstFit:
@@ -196,7 +274,7 @@ def _waste(bundles: tuple[Bundle, ...], c: _Candidate, pods: int) -> tuple[float
 
 
 def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
-              free: tuple[NodeFree, ...] | None = None) -> GangPlan:
+              free: tuple[NodeFree, ...] | None = None, *, templates: GangTemplates | None = None) -> GangPlan:
     """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
 
     ``free``: what the nodes the pods may use can bind now (``gang_shapes.free_nodes``);
@@ -205,8 +283,13 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     Promises: the plan uses one worker group template; every bundle fits its
     pod; the same inputs give the same plan; a shape never idles more GPUs
     than the least wasteful one. Raises PermanentError (bad input,
-    unknown group, Kueue without a queue) or InfeasibleError (cannot ever fit).
+    unknown group, Kueue without a queue, ``templates`` of another cluster) or
+    InfeasibleError (cannot ever fit). ``templates``: ``gang_templates(cluster)``,
+    computed once for many requests; the plan is the same with or without it.
     """
+    if templates is not None and templates.cluster is not cluster and templates.cluster != cluster:
+        raise PermanentError(f"templates were computed for RayCluster {templates.cluster.namespace}/"
+                             f"{templates.cluster.name}, not for {cluster.namespace}/{cluster.name}")
     if policy is None:
         policy, _ = parse_cluster_policy(cluster.annotations)
     # 1. Validate what the request models cannot check alone.
@@ -220,7 +303,10 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     if not cluster.worker_groups:
         raise InfeasibleError(f"RayCluster {cluster.namespace}/{cluster.name} has no worker groups; "
                               "a reservation copies a worker group template")
-    cands = [_Candidate(g, i, template_capacity(g)) for i, g in enumerate(cluster.worker_groups)]
+    templates = templates or gang_templates(cluster)
+    if templates.error is not None:
+        raise PermanentError(templates.error)
+    cands = list(templates.candidates)
     prefix = ""
     if policy.gang_template is not None:
         named = [c for c in cands if c.group.group_name == policy.gang_template]
@@ -229,12 +315,19 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
                                  f"are: {', '.join(c.group.group_name for c in cands)}")
         cands, prefix = named, f"raygpu.io/gang-template names group '{policy.gang_template}': "
     bundles = request.bundles
+    fit_rows: dict[tuple, list[bool]] = {}  # equal bundles (the usual gang) are checked once per template
+    fit = []
+    for b in bundles:
+        key = tuple(b.resources.items())
+        if key not in fit_rows:
+            fit_rows[key] = [_fits(b, c) for c in cands]
+        fit.append(fit_rows[key])
     for i, b in enumerate(bundles):
-        if not any(_fits(b, c) for c in cands):
+        if not any(fit[i]):
             raise _why_not(i, b, cands, prefix)
 
     # 2. Choose the template: it must fit every bundle; then least waste.
-    common = [c for c in cands if all(_fits(b, c) for b in bundles)]
+    common = [c for j, c in enumerate(cands) if all(row[j] for row in fit)]
     if not common:
         best = max(cands, key=lambda c: (sum(_fits(b, c) for b in bundles), -c.index))
         i = next(i for i, b in enumerate(bundles) if not _fits(b, best))
@@ -271,8 +364,7 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
 
     # 4. Emit the plan with its explanation.
     group = chosen.group
-    shape, _ = template_gpu_shape(group)
-    requests, limits = pod_k8s_resources(group)
+    (shape, _), described, (requests, limits) = chosen.emitted()
     rg = reservation_group_name(request.name)
     rule = {Strategy.STRICT_SPREAD: "one bundle per pod",
             Strategy.SPREAD: "one bundle per pod (raygpu owns the pods, so spreading costs nothing)",
@@ -280,7 +372,7 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
             Strategy.PACK: "first-fit-decreasing into as few pods as possible"}[request.strategy]
     if request.strategy is Strategy.PACK:
         rule = "least waste, then pods that bind now, else the smallest pods"
-    reason = [f"{request.strategy.value}: {len(bundles)} bundle(s) -> {pods} pod(s) of {describe_group(group)}; {rule}"]
+    reason = [f"{request.strategy.value}: {len(bundles)} bundle(s) -> {pods} pod(s) of {described}; {rule}"]
     if len(options) > 1 and request.strategy is not Strategy.STRICT_PACK:
         reason.append(describe_fit(fits[chosen.index, pods], pods))
     if shape is not None and shape.kind is GpuKind.MIG and any(b.get(GPU) for b in bundles):

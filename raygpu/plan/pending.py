@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
@@ -39,9 +40,10 @@ from raygpu.plan.together import prove_together
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 
 
-@dataclass(frozen=True)
-class Host:
-    """A Ray node whose capacity counts: alive, and its pod exists and is not on its way out."""
+class Host(Protocol):
+    """A Ray node whose capacity counts: alive, and its pod exists and is not on its way out.
+
+    ``model.views.RayNodeView`` is one: the reclaimer passes its views as they are, no copy per node."""
 
     node_id: str
     labels: dict[str, str]
@@ -49,8 +51,7 @@ class Host:
     available: dict[str, float]
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """An idle worker the reclaimer may delete; ``rank`` orders them, least wanted deletion first."""
 
     node_id: str
@@ -80,8 +81,14 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     """
     pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
     spare = dict(spare)
-    needed, placed = _simulate(pending, hosts, candidates, spare, {g.name: g.slots for g in growth}, growth)
-    index = _prove([pg for pg in pending if pg.pg_id not in placed], hosts, candidates, spare, needed)
+    start = _index(hosts, candidates, {})
+    needed, placed = _simulate(pending, hosts, start.copy(), candidates, spare,
+                               {g.name: g.slots for g in growth}, growth)
+    for nid in sorted(hosts):  # pass 2's index: the candidates pass 1 needs stay, the others may go
+        c = candidates.get(nid)
+        if c is not None and c.pod_name in needed:
+            start.move(nid, start.free[nid], FREE)
+    index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed)
     if sum(1 for pg in pending if units(pg)) > 1:
         prove_together(pending, placed, index.copy(), index, candidates, spare, needed)
     return needed
@@ -93,7 +100,7 @@ def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], needed: dic
     for nid in sorted(hosts):
         c = candidates.get(nid)
         stays = c is None or c.pod_name in needed
-        index.add(nid, hosts[nid].labels, dict(hosts[nid].available), FREE if stays else CAND,
+        index.add(nid, hosts[nid].labels, hosts[nid].available, FREE if stays else CAND,
                   c.group if c else "", c.rank if c else ())
     return index
 
@@ -102,14 +109,10 @@ def _why(pg: PlacementGroupView, tail: str = "") -> str:
     return f"placement group {pg.name or pg.pg_id} ({pg.state.value}) needs it to fit{tail}"
 
 
-def _simulate(pending, hosts, candidates, spare, slots, growth) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Pass 1: (pod name -> why, id -> the node of each unit for the PGs it placed entirely on nodes that now
-    stay, placed one after the other in id order)."""
-    index = FreeIndex()
-    for nid in sorted(hosts):
-        c = candidates.get(nid)
-        index.add(nid, hosts[nid].labels, dict(hosts[nid].available), CAND if c else FREE,
-                  c.group if c else "", c.rank if c else ())
+def _simulate(pending, hosts, index, candidates, spare, slots, growth) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Pass 1 on ``index`` (every counted node, candidates in role ``cand``; changed): (pod name -> why,
+    id -> the node of each unit for the PGs it placed entirely on nodes that now stay, placed one after the
+    other in id order)."""
     later = _LaterIndex(hosts)
     needed: dict[str, str] = {}
     placed: dict[str, list[str]] = {}
@@ -209,10 +212,9 @@ class _LaterIndex:
         return min((n for n in best if n is not None), default=None)
 
 
-def _prove(pending, hosts, candidates, spare, needed: dict[str, str]) -> FreeIndex:
-    """Pass 2: make every PG that can be placed now placeable on what stays (adds to ``needed``); returns every
-    counted node on its free resources now, role ``free`` if it stays."""
-    index = _index(hosts, candidates, needed)
+def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str]) -> FreeIndex:
+    """Pass 2 on ``index`` (every counted node on its free resources now, role ``free`` if it stays; changed):
+    make every PG that can be placed now placeable on what stays (adds to ``needed``); returns ``index``."""
     for pg in pending:
         us = units(pg)
         if not us or find_placement(us, index, spare, candidates_too=False) not in (None, UNKNOWN):

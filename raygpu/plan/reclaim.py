@@ -15,10 +15,10 @@ nodes. Capacity counts only on Ray nodes whose pod exists and is not going away.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
-from raygpu.model.raycluster import RayClusterView
+from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.reclaim import (
     Decision,
     DecisionAction,
@@ -28,15 +28,14 @@ from raygpu.model.reclaim import (
     ReclaimReason,
 )
 from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeView, Snapshot
-from raygpu.plan.pending import Candidate, Growth, Host, needed_by_pending_pgs
+from raygpu.plan.pending import Candidate, Growth, needed_by_pending_pgs
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 _GONE_PHASES = ("Succeeded", "Failed")
 R = ReclaimReason
 
 
-@dataclass(frozen=True)
-class _Worker:
+class _Worker(NamedTuple):  # one per pod of the cluster: a tuple, built in C
     pod: K8sPodView
     group: str
     node: RayNodeView | None  # its live Ray node, None when Ray has none yet
@@ -51,13 +50,18 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     worker it cannot judge is kept, with its reason.
     """
     kept: dict[str, Decision] = {}
+    groups: dict[str, GroupTemplate] = {}  # by name, the first of a name as cluster.group() finds it
+    for g in cluster.worker_groups:
+        groups.setdefault(g.group_name, g)
 
     def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
         kept[w.pod.name] = _decision(w, DecisionAction.KEEP, reason, detail)
 
     # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name).
-    ray_by_pod = {n.instance_id: n for n in sorted(snapshot.ray.nodes, key=lambda n: n.node_id)
-                  if n.alive and n.instance_id}
+    ray_by_pod: dict[str, RayNodeView] = {}  # of two live nodes with one instance id, the larger node id
+    for n in snapshot.ray.nodes:  # (as a dict built in node id order would keep; without sorting them all)
+        if n.alive and n.instance_id and ((cur := ray_by_pod.get(n.instance_id)) is None or n.node_id >= cur.node_id):
+            ray_by_pod[n.instance_id] = n
     pods = sorted((p for p in snapshot.k8s.pods
                    if p.ray_cluster == cluster.name and p.namespace == cluster.namespace),
                   key=lambda p: p.name)
@@ -69,12 +73,12 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         w = _Worker(pod, pod.ray_group or (node.node_type if node else None) or "", node, idle_for_s)
         if pod.is_head or (node is not None and node.is_head):
             keep(w, R.HEAD, "the head is never reclaimed")
-        elif cluster.group(w.group) is None:
+        elif w.group not in groups:
             keep(w, R.ALREADY_DELETING, f"group {w.group!r} is not in the RayCluster spec")
             going_away.add(_key(pod))
         else:
             workers.append(w)
-            if pod.deleting or pod.name in cluster.group(w.group).workers_to_delete:
+            if pod.deleting or pod.name in groups[w.group].workers_to_delete:
                 going_away.add(_key(pod))
 
     # 2. Protections, in order; the first that applies is the reason.
@@ -84,7 +88,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     for w in workers:
         if not snapshot.ray.reachable:
             keep(w, R.RAY_UNREACHABLE, f"Ray view unavailable: {snapshot.ray.reason or 'unknown'}")
-        elif _key(w.pod) in going_away:
+        elif going_away and _key(w.pod) in going_away:
             keep(w, R.ALREADY_DELETING, "in workersToDelete or being deleted")
         elif (age_s := now_s - w.pod.created_at_s) < policy.startup_grace_s:
             keep(w, R.STARTUP_GRACE, f"age {age_s:.0f}s < startup grace {policy.startup_grace_s:.0f}s")
@@ -113,7 +117,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     needed = {}
     if any(pg.state in _PENDING for pg in snapshot.ray.placement_groups):
         needed = needed_by_pending_pgs(snapshot.ray.placement_groups, _hosts(ray_by_pod, pods, going_away),
-                                       _candidates([w for w in candidates if w.pod.name not in drained], occupants),
+                                       _candidates([w for w in candidates if w.pod.name not in drained],
+                                                   occupants, going_away),
                                        _spare(candidates, headroom),
                                        _growth(cluster))
     for w in candidates:
@@ -125,13 +130,21 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     #    are kept with GROUP_MINIMUM.
     # 5. Which ones: defragmentation order (frees a whole Kubernetes node first,
     #    then the most idle, then by name), so the minimum keeps the others.
-    names = {_key(w.pod) for w in candidates}
-    candidates.sort(key=lambda w: _defrag_key(w, names, occupants))
+    # 5b. Keep-warm groups (plan.warm): drained candidates go first (they take no work), then the last
+    #     warm_targets[group] candidates in that order stay; other groups are untouched.
+    mine = _staying_on_node(candidates, going_away)
+    warm = policy.warm_targets
+    candidates.sort(key=lambda w: (w.group in warm and w.pod.name not in drained,
+                                   _defrag_key(w, mine, occupants, going_away)))
+    allowed = _warm_allowance(candidates, headroom, warm, drained)
     to_delete: dict[str, list[_Worker]] = defaultdict(list)
     for w in candidates:
-        g = cluster.group(w.group)
-        if len(to_delete[w.group]) < headroom[w.group]:
+        g = groups[w.group]
+        if len(to_delete[w.group]) < allowed[w.group]:
             to_delete[w.group].append(w)
+        elif len(to_delete[w.group]) < headroom[w.group]:
+            keep(w, R.KEEP_WARM, f"warm target {policy.warm_targets[w.group]} of group {w.group}: "
+                 f"{policy.warm_reasons.get(w.group, '')}")
         else:
             keep(w, R.GROUP_MINIMUM, f"replicas {g.replicas} - pending deletions {pending[w.group]}"
                  f" - {len(to_delete[w.group])} planned would go below minReplicas {g.min_replicas}")
@@ -144,19 +157,18 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         if not chosen:
             continue
         for w in chosen:
-            timeout_s = policy.idle_timeout_for_s(w.group)
             decisions[w.pod.name] = (
                 _decision(w, DecisionAction.DELETE, R.DRAINED, _drained(w, policy)) if w.pod.name in drained
-                else _decision(w, DecisionAction.DELETE, R.IDLE, f"idle {w.idle_for_s:.0f}s >= timeout {timeout_s:.0f}s"))
+                else _decision(w, DecisionAction.DELETE, R.IDLE, _idle_detail(w, policy)))
         added = tuple(w.pod.name for w in chosen)
         scale_downs.append(GroupScaleDown(
             group_name=g.group_name, group_index=index, old_replicas=g.replicas,
             replicas=max(0, g.replicas - len(added)),
             workers_to_delete=g.workers_to_delete + added, added=added))
     deleted = [w for ws in to_delete.values() for w in ws]
-    deleted_keys = {_key(w.pod) for w in deleted}
+    gone = _staying_on_node(deleted, going_away)  # deleted pods that counted among their node's occupants
     freed = sorted({w.pod.node_name for w in deleted if w.pod.node_name
-                    and occupants.get(w.pod.node_name, set()) <= deleted_keys})
+                    and occupants.get(w.pod.node_name, 0) == gone.get(w.pod.node_name, 0)})
     return ReclaimPlan(
         cluster=cluster.name, namespace=cluster.namespace,
         cluster_resource_version=cluster.resource_version, planned_at_s=now_s,
@@ -168,26 +180,45 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     )
 
 
+def _idle_detail(w: _Worker, policy: ReclaimPolicy) -> str:
+    if w.group in policy.warm_targets:
+        return f"idle {w.idle_for_s:.0f}s, beyond warm target {policy.warm_targets[w.group]}"
+    return f"idle {w.idle_for_s:.0f}s >= timeout {policy.idle_timeout_for_s(w.group):.0f}s"
+
+
+def _warm_allowance(candidates: list[_Worker], headroom: dict[str, int], warm: dict[str, int],
+                    drained: set[str]) -> dict[str, int]:
+    """Per group, deletions allowed: the headroom, and for a keep-warm group at most its drained candidates
+    plus its other candidates less its warm target (idle workers the group minimum keeps count as warm)."""
+    usable: dict[str, int] = defaultdict(int)
+    gone: dict[str, int] = defaultdict(int)
+    for w in candidates:
+        (gone if w.pod.name in drained else usable)[w.group] += 1
+    return {g: min(h, gone[g] + max(0, usable[g] - warm[g])) if g in warm else h for g, h in headroom.items()}
+
+
 def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
-           going_away: set[tuple[str, str]]) -> dict[str, Host]:
+           going_away: set[tuple[str, str]]) -> dict[str, RayNodeView]:
     """Ray node id -> capacity that counts: a live Ray node, not DRAINING (Ray places nothing new there),
     whose pod (of this cluster) exists, is not deleting, has not ended and is not on its way out (issue 14
     item 6: a stale Ray node whose pod is gone hosts nothing)."""
     out = {}
     for p in pods:
         node = ray_by_pod.get(p.name)
-        if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
-            out[node.node_id] = Host(node.node_id, node.labels, node.total, node.available)
+        if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES \
+                and not (going_away and _key(p) in going_away):
+            out[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
     return out
 
 
-def _candidates(candidates: list[_Worker], occupants: dict[str, set[tuple[str, str]]]) -> dict[str, Candidate]:
+def _candidates(candidates: list[_Worker], occupants: dict[str, int],
+                going_away: set[tuple[str, str]]) -> dict[str, Candidate]:
     """By Ray node id, ranked least wanted deletion first: shares its node with most staying pods, then
     with most fellow candidates, then least idle, then node id."""
-    names = {_key(w.pod) for w in candidates}
+    mine = _staying_on_node(candidates, going_away)
     out = {}
     for w in candidates:
-        d = _defrag_key(w, names, occupants)
+        d = _defrag_key(w, mine, occupants, going_away)
         out[w.node.node_id] = Candidate(w.node.node_id, w.pod.name, w.group,
                                         ((-d[0], -d[1]), w.idle_for_s or 0.0, w.node.node_id))
     return out
@@ -261,18 +292,38 @@ def _reservation(w: _Worker) -> str | None:
     return w.group if w.group.startswith(RESERVATION_GROUP_PREFIX) else None
 
 
-def _occupants(snapshot: Snapshot, going_away: set[tuple[str, str]]) -> dict[str, set[tuple[str, str]]]:
-    """Kubernetes node name -> (namespace, name) of the pods that will still be on it."""
-    out: dict[str, set[tuple[str, str]]] = defaultdict(set)
+def _stays(pod: K8sPodView, going_away: set[tuple[str, str]]) -> bool:
+    """The pod will still be on its Kubernetes node after this plan, unless the plan deletes it."""
+    return bool(pod.node_name) and not pod.deleting and pod.phase not in _GONE_PHASES \
+        and not (going_away and _key(pod) in going_away)
+
+
+def _occupants(snapshot: Snapshot, going_away: set[tuple[str, str]]) -> dict[str, int]:
+    """Kubernetes node name -> how many pods will still be on it (counts, not sets: one cycle at 10,000
+    nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full garbage collection)."""
+    out: dict[str, int] = defaultdict(int)
     for p in snapshot.k8s.pods:
-        if p.node_name and not p.deleting and p.phase not in _GONE_PHASES and _key(p) not in going_away:
-            out[p.node_name].add(_key(p))
+        if _stays(p, going_away):
+            out[p.node_name] += 1
     return out
 
 
-def _defrag_key(w: _Worker, candidates: set[tuple[str, str]], occupants: dict[str, set[tuple[str, str]]]) -> tuple:
-    """Sort key: fewest pods that stay on its node, fewest fellow candidates, most idle, name."""
+def _staying_on_node(workers: list[_Worker], going_away: set[tuple[str, str]]) -> dict[str, int]:
+    """Kubernetes node name -> how many of ``workers`` are among its occupants (``_occupants``)."""
+    out: dict[str, int] = defaultdict(int)
+    for w in workers:
+        if _stays(w.pod, going_away):
+            out[w.pod.node_name] += 1
+    return out
+
+
+def _defrag_key(w: _Worker, mine: dict[str, int], occupants: dict[str, int], going_away: set[tuple[str, str]]) -> tuple:
+    """Sort key: fewest pods that stay on its node, fewest fellow candidates, most idle, name.
+
+    ``w`` is one of the candidates ``mine`` counts per node; of the other occupants of its node, those that
+    are not candidates stay and the rest are its fellow candidates."""
     if not w.pod.node_name:
         return (1, 0, -(w.idle_for_s or 0.0), w.pod.name)  # unknown node: never "frees" one
-    others = occupants.get(w.pod.node_name, set()) - {_key(w.pod)}
-    return (len(others - candidates), len(others & candidates), -(w.idle_for_s or 0.0), w.pod.name)
+    fellows = mine.get(w.pod.node_name, 0)
+    stay = occupants.get(w.pod.node_name, 0) - fellows
+    return (stay, fellows - (1 if _stays(w.pod, going_away) else 0), -(w.idle_for_s or 0.0), w.pod.name)

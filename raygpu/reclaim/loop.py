@@ -8,7 +8,7 @@ One cycle, in order:
 2. Policy from the RayCluster's annotations; each distinct bad value gives one
    ``InvalidAnnotation`` Event and its safe default. Mode ``off`` stops here.
 3. Ray's view from the GCS (nodes, placement groups) and its job table,
-   joined with step 1 into one ``CycleState``.
+   joined with step 1 into one ``CycleState``; groups in ``auto`` get their keep-warm targets (``reclaim.warm``).
 4. One pure decision, ``plan_cycle(state) -> CyclePlan``: ``plan_gc``
    (reservations to release), then ``plan_reclaim`` (workers to remove; every
    reservation with a state ConfigMap is left to the garbage collector).
@@ -57,6 +57,7 @@ from raygpu.reclaim.drain import DrainMemory, Drain, drain_workers
 from raygpu.reclaim.memory import GcMemory
 from raygpu.adapters.kube_watch import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
+from raygpu.reclaim.warm import WarmKeeper
 
 log = logging.getLogger("raygpu.sidecar")
 
@@ -132,6 +133,7 @@ class Reclaimer:
         self._cached: dict[str, ReservationRecord] = {}  # the cache's copy of each state ConfigMap, as planned on
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
+        self._warm, self._cluster_policy = WarmKeeper(kube, self.metrics, self._event, self._ids), None
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, once: bool = False) -> CycleReport | None:
@@ -186,7 +188,7 @@ class Reclaimer:
         if mode is ReclaimMode.OFF:
             return CycleReport(CycleOutcome.OFF, mode=mode)
         # 3. Observe Ray: nodes and placement groups, then the job table; one state in.
-        state = self._observe(view, cluster, policy, now_s)
+        state = self._warm.apply(self._observe(view, cluster, policy, now_s), self._cluster_policy)  # keep-warm
         # 4. Plan, purely: reservations to release, then workers to remove; one plan out.
         plan = plan_cycle(state)
         # 5. Report: decisions that changed, metrics. A dry run stops here.
@@ -320,6 +322,7 @@ class Reclaimer:
 
     def _policy(self, cluster: RayClusterView) -> tuple[ReclaimMode, ReclaimPolicy]:
         cp, problems = parse_cluster_policy(cluster.annotations)
+        self._cluster_policy = cp
         for pr in problems:
             key = (pr.key, pr.value)
             if key in self._seen_problems:

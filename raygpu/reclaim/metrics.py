@@ -17,6 +17,8 @@ raygpu_reclaim_cycle_duration_seconds          histogram  one observation per cy
 raygpu_reclaim_cycles_total{outcome}           counter    cycles by outcome (see CycleOutcome)
 raygpu_gc_reservations_released_total{reason}  counter    reservations released by the garbage collector
 raygpu_reclaim_invalid_annotations_total       counter    distinct bad annotation values seen
+raygpu_reclaim_warm_target{group}              gauge      idle workers the keep-warm policy keeps in a group
+                                                          (idle-timeout auto); absent while on its fallback
 =============================================  =========  ===============================================
 """
 
@@ -52,6 +54,8 @@ class SidecarMetrics:
                                              "Reservations released by the garbage collector", ["reason"], registry=r)
         self.invalid_annotations = Counter("raygpu_reclaim_invalid_annotations",
                                            "Distinct bad raygpu annotation values seen", registry=r)
+        self.warm_target = Gauge("raygpu_reclaim_warm_target", "Idle workers the keep-warm policy keeps warm",
+                                 ["group"], registry=r)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Serve ``/metrics`` on ``port`` in a daemon thread; returns the server (``.shutdown()`` stops it)."""

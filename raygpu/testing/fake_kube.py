@@ -9,7 +9,8 @@ RayCluster first. Events are recorded as ``Event`` tuples.
 
 Other objects (a reservation's state ConfigMap, gang objects) live in
 ``objects`` by (kind, name) with ``create``/``get``/``list``/``merge_patch``
-(RFC 7386)/``delete``. ``fail(method, error, times, when)`` makes the next
+(RFC 7386; a ``metadata.resourceVersion`` in the body must match, else ConflictError, as the API
+server checks it)/``delete``. ``fail(method, error, times, when)`` makes the next
 calls of a method raise, to test what a 5xx or a timeout does. With
 ``kuberay=True`` the pods in ``extra_pods`` of a worker group that was
 scaled to zero or removed go away after the patch, as KubeRay deletes them.
@@ -149,6 +150,10 @@ class FakeKube:
         obj = self.objects.get((kind, name))
         if obj is None:
             raise NotFoundError(f"patch {kind} {namespace}/{name}: 404")
+        want = (body.get("metadata") or {}).get("resourceVersion")
+        if want is not None and want != obj["metadata"]["resourceVersion"]:  # the API server's precondition
+            raise ConflictError(f"patch {kind} {namespace}/{name}: 409: resourceVersion {want} is not "
+                                f"{obj['metadata']['resourceVersion']}")
         _merge(obj, copy.deepcopy(body))
         obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
         return copy.deepcopy(obj)

@@ -79,10 +79,11 @@ def _kustomize_resources(base: Path) -> list[dict[str, Any]]:
 def sidecar_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]:
     """The objects of ``deploy/sidecar`` (ServiceAccount, Role, RoleBinding) for RayCluster ``cluster``, as an
     overlay like ``deploy/examples/sidecar-overlay`` renders them: placed in ``namespace``, the Role's
-    rayclusters rule naming ``cluster`` instead of the placeholder.
+    rayclusters rule naming ``cluster`` and its keep-warm ConfigMap rule naming ``<cluster>-raygpu-warm``
+    instead of the placeholder.
 
     Raises ValueError for a ``cluster`` that is no RayCluster name (a DNS subdomain), or when the Role no
-    longer carries the placeholder in exactly one rule (the overlay's patch would then miss)."""
+    longer carries the placeholder in exactly those two rules (the overlay's patch would then miss)."""
     if len(cluster) > 253 or not _DNS_SUBDOMAIN.match(cluster):
         raise ValueError(f"{cluster!r} is not a RayCluster name (a lower-case DNS subdomain name)")
     out = _kustomize_resources(DEPLOY / "sidecar")
@@ -91,11 +92,13 @@ def sidecar_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]
         obj["metadata"]["namespace"] = namespace
         for rule in obj.get("rules") or []:
             names = rule.get("resourceNames") or []
-            if RAYCLUSTER_NAME_PLACEHOLDER in names:
-                rule["resourceNames"] = [cluster if n == RAYCLUSTER_NAME_PLACEHOLDER else n for n in names]
+            if any(n.startswith(RAYCLUSTER_NAME_PLACEHOLDER) for n in names):
+                rule["resourceNames"] = [cluster + n[len(RAYCLUSTER_NAME_PLACEHOLDER):]
+                                         if n.startswith(RAYCLUSTER_NAME_PLACEHOLDER) else n for n in names]
                 filled += 1
-    if filled != 1:
-        raise ValueError(f"deploy/sidecar: expected {RAYCLUSTER_NAME_PLACEHOLDER} in one Role rule, found {filled}")
+    if filled != 2:
+        raise ValueError(f"deploy/sidecar: expected {RAYCLUSTER_NAME_PLACEHOLDER} in two Role rules (the RayCluster, "
+                         f"the keep-warm ConfigMap), found {filled}")
     return out
 
 

@@ -63,8 +63,15 @@ def test_decision_cost_quick() -> None:
     rows = result["rows"]
     assert [r["nodes"] for r in rows] == [50, 100]
     for r in rows:
-        for key in ("reconcile_ms", "reclaim_ms", "gang_ms", "raygpu_total_ms"):
+        for key in ("reconcile_ms", "reclaim_ms", "gang_ms", "raygpu_total_ms", "raygpu_total_wall_ms"):
             assert r[key] > 0, key
         assert r["reclaim_deletes"] > 0  # the idle workers were found
+    assert set(result["fits"]) == {"reconcile", "reclaim", "gang", "raygpu_total"}
+    assert [(c["nodes"], c["state"]) for c in result["comparison"]] == [
+        (n, s) for n in (50, 100) for s in ("none", "scale-up", "worst")]
+    for c in result["comparison"]:
+        assert c["raygpu_ms"] > 0 and c["raygpu_deletes"] > 0
         # Ray's scheduler either ran (a positive time) or says why it did not
-        assert (r["ray_ms"] is not None and r["ray_ms"] > 0 and r["ray_over_raygpu"] > 0) or r["ray_note"]
+        assert (c["ray_ms"] is not None and c["ray_ms"] > 0 and c["ray_over_raygpu"] > 0) or c["ray_note"]
+        if c["ray_ms"] is not None and c["state"] == "scale-up":
+            assert c["ray_to_launch"] > 0  # the demand fits no idle node: Ray launches

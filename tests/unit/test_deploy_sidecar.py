@@ -47,7 +47,10 @@ def documented_permissions() -> dict[str, set[str]]:
     section = text.split("### Permissions", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| ([a-z, ]+) \|", section, flags=re.M)
     assert rows, "no permission table in docs/reclaimer.md"
-    return {res: {v.strip() for v in verbs.split(",")} for res, verbs in rows}
+    out: dict[str, set[str]] = {}
+    for res, verbs in rows:  # a resource may have several rows (configmaps: state, keep-warm)
+        out.setdefault(res, set()).update(v.strip() for v in verbs.split(","))
+    return out
 
 
 # ------------------------------------------------------------ the head pod
@@ -101,6 +104,8 @@ def test_the_role_grants_exactly_the_documented_verbs_and_rayclusters_by_name_on
     assert granted == documented_permissions()
     [rc_rule] = [r for r in rules if "rayclusters" in r["resources"]]
     assert rc_rule["resources"] == ["rayclusters"] and rc_rule["resourceNames"] == ["gpu-cluster"]
+    [warm_rule] = [r for r in rules if "patch" in r["verbs"] and r["resources"] == ["configmaps"]]
+    assert warm_rule["resourceNames"] == ["gpu-cluster-raygpu-warm"] and set(warm_rule["verbs"]) == {"get", "patch"}
     assert not {"secrets", "pods/exec", "serviceaccounts/token"} & {res for r in rules for res in r["resources"]}
 
 

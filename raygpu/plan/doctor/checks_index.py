@@ -1,5 +1,10 @@
 """Lookups over one Snapshot, built once per reconcile cycle (pure, O(pods + nodes)).
 
+Every check, the node rows and the stranded arithmetic read this one index, so
+that each per-pod and per-node fact (a pod's GPU map and units, a node's GPU
+capacity and allocatable maps, the GPU units and MIG state NVML reports in a
+pod) is computed at most once per cycle, however many checks ask for it.
+
 The three views meet here: a Ray node is matched to its pod by
 ``RayNodeView.instance_id == K8sPodView.name`` (KubeRay sets
 ``RAY_CLOUD_INSTANCE_ID`` to the pod name), a pod to its Kubernetes node by
@@ -48,7 +53,19 @@ def shape_of(resource: str) -> GpuShape | None:
 
 def gpu_resources(resources: dict[str, float]) -> dict[str, float]:
     """The non-zero GPU entries of a Kubernetes resource map (``shapes.gpu_resources``, memoised parse)."""
-    return {k: v for k, v in resources.items() if v and shape_of(k) is not None}
+    known = _GPU_NAMES  # a name seen before is one dict read, not a call
+    return {k: v for k, v in resources.items() if v and (known.get(k) or (k not in known and _is_gpu(k)))}
+
+
+_GPU_NAMES: dict[str, bool] = {}
+
+
+def _is_gpu(resource: str) -> bool:
+    """``shape_of(resource) is not None``, read from a plain dict (called for every key of every map)."""
+    got = _GPU_NAMES.get(resource)
+    if got is None:
+        got = _GPU_NAMES[resource] = shape_of(resource) is not None
+    return got
 
 
 def gpu_units(resources: dict[str, float]) -> float:
@@ -58,10 +75,36 @@ def gpu_units(resources: dict[str, float]) -> float:
 
 def pod_gpu_map(pod: K8sPodView) -> dict[str, float]:
     """GPU resources a pod holds. Extended resources have requests == limits; take the larger."""
-    out = dict(gpu_resources(pod.limits))
+    out = gpu_resources(pod.limits)
     for name, value in gpu_resources(pod.requests).items():
         out[name] = max(out.get(name, 0.0), value)
     return out
+
+
+def _units_of(view: NvmlView) -> int:
+    """``view.gpu_units`` (MIG instances where MIG is on, else whole devices), counted without a generator."""
+    units = len(view.devices)
+    for d in view.devices:
+        if d.mig_enabled:
+            units += len(d.mig_devices) - 1
+    return units
+
+
+def has_slices(gpu_map: dict[str, float]) -> bool:
+    """Some resource of a pod's GPU map is a MIG slice or a time-sliced share (not a whole GPU)."""
+    for name in gpu_map:
+        shape = shape_of(name)
+        if shape is not None and shape.kind is not GpuKind.WHOLE:
+            return True
+    return False
+
+
+def mig_on(view: NvmlView) -> bool:
+    """NVML reports MIG mode on for some device."""
+    for d in view.devices:
+        if d.mig_enabled:
+            return True
+    return False
 
 
 def pod_gpu_kinds(pod: K8sPodView) -> set[GpuKind]:
@@ -97,8 +140,12 @@ class SnapshotIndex:
     device_plugin_on_node: dict[str, list[DevicePluginPod]] = field(default_factory=lambda: defaultdict(list))
     slices_on_node: dict[str, list[ResourceSliceView]] = field(default_factory=lambda: defaultdict(list))
     nvml_by_pod: dict[str, NvmlView] = field(default_factory=dict)
-    _gpu_maps: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)  # by id(pod)
+    # by id(pod), for every pod of the snapshot: pod_gpu_map(pod) (do not change it) and its sum
+    gpu_map_by_pod: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
+    gpu_units_by_pod: dict[int, float] = field(default_factory=dict, repr=False)
+    _node_maps: dict[tuple[int, bool], dict[str, float]] = field(default_factory=dict, repr=False)  # id(node)
     _node_units: dict[tuple[str, bool], float] = field(default_factory=dict, repr=False)
+    nvml_units_by_pod: dict[str, int] = field(default_factory=dict)  # NvmlView.gpu_units of available views
 
     @classmethod
     def build(cls, snapshot: Snapshot) -> "SnapshotIndex":
@@ -113,10 +160,15 @@ class SnapshotIndex:
                 view = snapshot.nvml.get(rn.node_id)
                 if view is not None:
                     ix.nvml_by_pod[rn.instance_id] = view
+                    if view.available:
+                        ix.nvml_units_by_pod[rn.instance_id] = _units_of(view)
         scope = _cluster_scope(snapshot, ix.live_ray_by_instance)
         for node in k8s.nodes:
             ix.nodes[node.name] = node
+        maps, units = ix.gpu_map_by_pod, ix.gpu_units_by_pod
         for pod in k8s.pods:
+            gpus = maps[id(pod)] = pod_gpu_map(pod)
+            units[id(pod)] = sum(gpus.values())
             live = pod.phase not in TERMINAL_PHASES
             if live and pod.node_name:
                 ix.pods_on_node[pod.node_name].append(pod)
@@ -138,13 +190,16 @@ class SnapshotIndex:
     # ----------------------------------------------------- memoised counts
     def pod_gpus(self, pod: K8sPodView) -> dict[str, float]:
         """``pod_gpu_map(pod)``, computed once per pod per cycle (the snapshot keeps ``pod`` alive)."""
-        got = self._gpu_maps.get(id(pod))
+        got = self.gpu_map_by_pod.get(id(pod))
         if got is None:
-            got = self._gpu_maps[id(pod)] = pod_gpu_map(pod)
+            got = self.gpu_map_by_pod[id(pod)] = pod_gpu_map(pod)
         return got
 
     def pod_gpu_units(self, pod: K8sPodView) -> float:
-        return sum(self.pod_gpus(pod).values())
+        got = self.gpu_units_by_pod.get(id(pod))
+        if got is None:
+            got = self.gpu_units_by_pod[id(pod)] = sum(self.pod_gpus(pod).values())
+        return got
 
     # ----------------------------------------------------------- node facts
     def gpu_capacity(self, node: K8sNodeView) -> float:
@@ -153,11 +208,19 @@ class SnapshotIndex:
     def gpu_allocatable(self, node: K8sNodeView) -> float:
         return self._units(node, capacity=False)
 
+    def node_gpus(self, node: K8sNodeView, *, capacity: bool) -> dict[str, float]:
+        """``gpu_resources`` of the node's capacity or allocatable, computed once per node (do not change it)."""
+        key = (id(node), capacity)
+        got = self._node_maps.get(key)
+        if got is None:
+            got = self._node_maps[key] = gpu_resources(node.capacity if capacity else node.allocatable)
+        return got
+
     def _units(self, node: K8sNodeView, *, capacity: bool) -> float:
         key = (node.name, capacity)
         got = self._node_units.get(key)
         if got is None:
-            got = self._node_units[key] = gpu_units(node.capacity if capacity else node.allocatable)
+            got = self._node_units[key] = float(sum(self.node_gpus(node, capacity=capacity).values()))
         return got
 
     def nvml_on_node(self, node_name: str) -> list[NvmlView]:

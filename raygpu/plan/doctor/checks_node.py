@@ -74,13 +74,16 @@ def check_driver(ix: SnapshotIndex) -> list[Finding]:
 def check_container(ix: SnapshotIndex) -> list[Finding]:
     """NVML inside a Ray pod sees a different number of GPU units than the pod was given."""
     out: list[Finding] = []
+    views, nvml_units, units = ix.nvml_by_pod, ix.nvml_units_by_pod, ix.gpu_units_by_pod
     for pod in ix.ray_pods:
         if pod.phase != "Running" or not pod.node_name:
             continue
-        view = ix.nvml_by_pod.get(pod.name)
+        view = views.get(pod.name)
         if view is None:
             continue
-        given = ix.pod_gpu_units(pod)
+        given = units[id(pod)]
+        if view.available and abs(nvml_units[pod.name] - given) < EPS:
+            continue  # the common, healthy case: NVML sees what the pod was given
         node = ix.nodes.get(pod.node_name)
         node_cap = ix.gpu_capacity(node) if node else 0.0
         subject = f"pod/{pod.namespace}/{pod.name}"
@@ -187,7 +190,7 @@ def check_allocatable(ix: SnapshotIndex) -> list[Finding]:
     """GPU capacity > 0 but allocatable 0, per GPU resource: the devices are registered but unhealthy or stale."""
     out: list[Finding] = []
     for node in ix.snapshot.k8s.nodes:
-        for resource, cap in sorted(gpu_resources(node.capacity).items()):
+        for resource, cap in sorted(ix.node_gpus(node, capacity=True).items()):
             if node.allocatable.get(resource, 0.0) > 0:
                 continue
             ready = ix.device_plugin_ready(node.name)
@@ -228,7 +231,7 @@ def check_mig_strategy(ix: SnapshotIndex) -> list[Finding]:
         strategy = node.labels.get(MIG_STRATEGY_LABEL)
         if strategy is None:
             continue
-        res = gpu_resources(node.capacity)
+        res = ix.node_gpus(node, capacity=True)
         mig = {k: v for k, v in res.items() if (s := shape_of(k)) and s.kind is GpuKind.MIG}
         whole = sum(v for k, v in res.items() if (s := shape_of(k)) and s.kind is GpuKind.WHOLE)
         problem = None

@@ -20,6 +20,8 @@ from raygpu.plan.doctor.checks_index import (
     TERMINAL_PHASES,
     SnapshotIndex,
     fmt,
+    has_slices,
+    mig_on,
     pod_gpu_kinds,
     shape_of,
 )
@@ -31,8 +33,7 @@ def _kubelet(ix: SnapshotIndex, node_name: str | None) -> tuple[float | None, fl
 
 
 def _nvml_units(ix: SnapshotIndex, pod_name: str) -> int | None:
-    view = ix.nvml_by_pod.get(pod_name)
-    return view.gpu_units if view is not None and view.available else None
+    return ix.nvml_units_by_pod.get(pod_name)
 
 
 def _group(pod: K8sPodView) -> str:
@@ -106,17 +107,21 @@ def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> 
 def check_gpu_count(ix: SnapshotIndex) -> list[Finding]:
     """Phantom GPUs (Ray > pod), stranded GPUs (pod > Ray), slices or shares counted as whole GPUs."""
     out: list[Finding] = []
+    live, units = ix.live_ray_by_instance, ix.gpu_units_by_pod
     for pod in ix.ray_pods:
-        rn = ix.live_ray_by_instance.get(pod.name)
+        rn = live.get(pod.name)
         if rn is None or pod.phase in TERMINAL_PHASES:
             continue
+        ray = rn.total.get("GPU", 0.0)  # rn.gpu_total
+        if abs(ray - units[id(pod)]) <= EPS and (ray <= 0 or _slice_counted_whole(ix, pod, rn, ix.pod_gpus(pod)) is None):
+            continue  # the common, healthy case (what _count_findings would find: nothing), decided inline
         out.extend(_count_findings(ix, pod, rn))
     return out
 
 
 def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list[Finding]:
     gpu_map = ix.pod_gpus(pod)
-    given = sum(gpu_map.values())
+    given = ix.pod_gpu_units(pod)  # sum(gpu_map.values()), once per pod
     ray = rn.gpu_total
     slice_why = _slice_counted_whole(ix, pod, rn, gpu_map) if ray > 0 else None
     if abs(ray - given) <= EPS and slice_why is None:
@@ -190,9 +195,12 @@ def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list
 def _slice_counted_whole(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView, gpu_map: dict[str, float]) -> str | None:
     """Why each of this pod's GPUs is a slice or share, or None if they are whole or Ray already says so."""
     why = None
-    shapes = [s for k in gpu_map if (s := shape_of(k))]
     node = ix.nodes.get(pod.node_name or "")
     view = ix.nvml_by_pod.get(pod.name)
+    if not has_slices(gpu_map) and (node is None or node.labels.get(MIG_STRATEGY_LABEL) != "single") \
+            and (view is None or not view.available or not mig_on(view)):
+        return None  # the common case, decided without building anything
+    shapes = [s for k in gpu_map if (s := shape_of(k))]
     if any(s.kind is GpuKind.MIG for s in shapes):
         why = "a MIG slice (" + ", ".join(s.label for s in shapes if s.kind is GpuKind.MIG) + ")"
     elif any(s.kind is GpuKind.SHARE for s in shapes):

@@ -117,6 +117,7 @@ def node_rows(ix: SnapshotIndex, findings: Iterable[Finding] = ()) -> tuple[Node
         if f.node:
             per_node[f.node] = per_node.get(f.node, 0) + 1
     rows = []
+    pod_units, live, nvml_units = ix.gpu_units_by_pod, ix.live_ray_by_instance, ix.nvml_units_by_pod
     for name in sorted(ix.nodes):
         node = ix.nodes[name]
         if not ix.is_gpu_node(node):
@@ -125,16 +126,15 @@ def node_rows(ix: SnapshotIndex, findings: Iterable[Finding] = ()) -> tuple[Node
         nvml: int | None = None
         nvml_down = False
         for pod in ix.ray_pods_on_node.get(name, []):
-            pods += ix.pod_gpu_units(pod)
-            rn = ix.live_ray_by_instance.get(pod.name)
+            pods += pod_units[id(pod)]  # every pod of the snapshot has its units in the index
+            rn = live.get(pod.name)
             if rn is not None:
-                ray += rn.gpu_total
-            view = ix.nvml_by_pod.get(pod.name)
-            if view is not None:
-                if view.available:
-                    nvml = (nvml or 0) + view.gpu_units
-                else:
-                    nvml_down = True
+                ray += rn.total.get("GPU", 0.0)  # rn.gpu_total
+            units = nvml_units.get(pod.name)
+            if units is not None:
+                nvml = (nvml or 0) + units
+            elif pod.name in ix.nvml_by_pod:
+                nvml_down = True
         rows.append(
             NodeRow(
                 node=name,

@@ -115,17 +115,20 @@ def stranded_gpus(
 
 def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded | None:
     node = ix.nodes[node_name]
-    alloc = gpu_resources(node.allocatable)
+    alloc = ix.node_gpus(node, capacity=False)
     if not alloc:
         return None
     pods = ix.pods_on_node.get(node_name, [])
     used_gpu: dict[str, float] = {}
     used_cpu = used_mem = 0.0
+    maps = ix.gpu_map_by_pod  # every pod of the snapshot
     for pod in pods:
-        req = {**pod.limits, **pod.requests}
-        used_cpu += req.get("cpu", 0.0)
-        used_mem += req.get("memory", 0.0)
-        for resource, count in ix.pod_gpus(pod).items():
+        req, lim = pod.requests, pod.limits  # a missing request defaults to the limit, as in Kubernetes
+        got = req.get("cpu")
+        used_cpu += lim.get("cpu", 0.0) if got is None else got
+        got = req.get("memory")
+        used_mem += lim.get("memory", 0.0) if got is None else got
+        for resource, count in maps[id(pod)].items():
             used_gpu[resource] = used_gpu.get(resource, 0.0) + count
     free_cpu = node.allocatable.get("cpu", 0.0) - used_cpu
     free_mem = node.allocatable.get("memory", 0.0) - used_mem
@@ -154,11 +157,12 @@ def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest:
                 f"{' and '.join(short) or 'cpu + memory together'}"
             )
     integer = 0.0
+    live = ix.live_ray_by_instance
     for pod in ix.ray_pods_on_node.get(node_name, []):
-        rn = ix.live_ray_by_instance.get(pod.name)
+        rn = live.get(pod.name)
         if rn is None or pod.phase in TERMINAL_PHASES:
             continue
-        used = max(0.0, rn.gpu_total - rn.gpu_available)
+        used = max(0.0, rn.total.get("GPU", 0.0) - rn.available.get("GPU", 0.0))  # gpu_total - gpu_available
         rest = min(math.ceil(used - EPS) - used, rn.gpu_available) if used > EPS else 0.0
         if rest > EPS:
             integer += rest
