@@ -149,6 +149,9 @@ class FakeKube:
         obj = self.objects.get((kind, name))
         if obj is None:
             raise NotFoundError(f"patch {kind} {namespace}/{name}: 404")
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        if rv is not None and rv != obj["metadata"]["resourceVersion"]:  # the API server's optimistic lock
+            raise ConflictError(f"patch {kind} {namespace}/{name}: 409: the object has been modified")
         _merge(obj, copy.deepcopy(body))
         obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
         return copy.deepcopy(obj)
