@@ -94,6 +94,7 @@ class Deletions(threading.Thread):
                         self.names.append(ev["object"].metadata.name)
             except Exception:  # noqa: BLE001 - a watch that ends (410) restarts from a fresh list
                 rv = None
+                self.stop.wait(1.0)
 
 
 def test_a_guarded_gang_is_ready_within_max_hold_while_a_tenant_keeps_every_gpu_busy(testbed, ns, pool, kube, core):
@@ -129,6 +130,7 @@ def test_a_guarded_gang_is_ready_within_max_hold_while_a_tenant_keeps_every_gpu_
     finally:
         tenant.stop.set()
         tenant.join(10)
+        deletions.stop.set()  # (before: left running, it retried against a stopped API server for minutes)
     others = [n for n in deletions.names if n not in tenant.deleted and not n.startswith(("c-rg-guarded-ph-",
                                                                                           "c-rg-plain-", "c-rg-guarded-"))]
     assert others == [], f"pods deleted that were neither the tenant's ended pods, placeholders nor ours: {others}"
@@ -137,5 +139,4 @@ def test_a_guarded_gang_is_ready_within_max_hold_while_a_tenant_keeps_every_gpu_
     assert lease is not None and not lease["spec"].get("holderIdentity"), lease
     reasons = {e.reason for e in core.list_namespaced_event(ns).items if e.involved_object.kind == "RayCluster"}
     assert {"GuardHeld", "GuardReleased"} <= reasons, reasons
-    deletions.stop.set()
     ray.shutdown()
