@@ -1,4 +1,4 @@
-"""The starvation guard as data: its policy, the scope's Lease, the gangs waiting in a scope, placeholders.
+"""The starvation guard as data: its policy, the scope's Lease, the gangs waiting in a scope, blockers.
 
 Pure: no I/O, no clock. Parsers take raw Kubernetes dicts (what an adapter
 returns) and never raise on a bad value: ``parse_guard_policy`` reports it as
@@ -9,8 +9,6 @@ See docs/gang.md "Starvation guard".
 from __future__ import annotations
 
 from typing import Any
-
-from pydantic import Field
 
 from raygpu.model.annotations import AnnotationProblem, parse_duration_s
 from raygpu.model.base import Frozen, timestamp_s
@@ -116,19 +114,22 @@ class WaitingGang(Frozen):
                    state=ann.get(ANNOTATION_RESERVATION_STATE, ""), timeouts=timeouts)
 
 
-class Placeholder(Frozen):
-    """One placeholder pod: which node it is pinned to, whether it holds its GPUs yet (bound and Running)."""
+class Blocker(Frozen):
+    """One blocker pod as read back: the node it is bound to (``spec.nodeName``), whether it holds that node."""
 
     name: str
     uid: str = ""
-    node: str  # the node its nodeAffinity pins it to
-    bound: bool = False
+    node: str  # spec.nodeName (set at creation: the API server binds it, no scheduler)
+    ended: bool = False  # phase Succeeded or Failed (e.g. a kubelet refused it): it blocks nothing
     deleting: bool = False
+
+    @property
+    def holds(self) -> bool:
+        return bool(self.node) and not self.ended and not self.deleting
 
 
 class HoldUnit(Frozen):
-    """One placeholder to create: ``name`` pinned to ``node`` requesting ``requests`` (Kubernetes names)."""
+    """One blocker to create: ``name`` bound to ``node``."""
 
     name: str
     node: str
-    requests: dict[str, float] = Field(default_factory=dict)

@@ -52,14 +52,14 @@ KEY_GUARD = "raygpu.io/guard"  # on a RayCluster: on | off (default off): guard 
 KEY_MAX_HOLD = "raygpu.io/max-hold"  # on a RayCluster: e.g. 90s, 15m (default 15m): longest hold per election
 KEY_GUARD_SCOPE = "raygpu.io/guard-scope"  # on a RayCluster: scope name (default: the namespace); also on state
 #   ConfigMaps of guarded reservations and on the scope's Lease (value: the scope, as a DNS label)
-LABEL_PLACEHOLDER = "raygpu.io/placeholder"  # on placeholder pods: the reservation group they hold GPUs for
+LABEL_BLOCKER = "raygpu.io/guard-blocker"  # on blocker pods: the reservation group whose nodes they hold
+LABEL_GUARD_FOR = "raygpu.io/guard-for"  # on a guarded gang's pods and its blockers: the gang (state ConfigMap)
+#   name; every pod without this value is kept off a blocked node by the blocker's anti-affinity
 ANNOTATION_GUARD_TIMEOUTS = "raygpu.io/guard-timeouts"  # on a state ConfigMap: holds that timed out (queue order)
 ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state ConfigMap: the driver's runtime hint
 GUARD_GATE = "raygpu.io/guard"  # schedulingGate on a guarded reservation's pods until the guard swaps them in
-PRIORITY_CLASS_PLACEHOLDER = "raygpu-guard-placeholder"  # deploy/guard/priorityclasses.yaml: above user pods,
-#   preemptionPolicy Never
-PRIORITY_CLASS_GANG = "raygpu-guard-gang"  # above the placeholders: a guarded pod pinned to held GPUs preempts
-#   only the placeholders that hold them (docs/decisions.md)
+PRIORITY_CLASS_BLOCKER = "raygpu-guard-blocker"  # deploy/guard/priorityclasses.yaml: above user pods (none of
+#   them can preempt a blocker to get onto a blocked node), preemptionPolicy Never
 GUARD_LEASE_PREFIX = "raygpu-guard-"  # coordination.k8s.io Lease per scope: raygpu-guard-<scope>
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The starvation guard's decisions, pure: who holds a scope, which nodes, which placeholders, when to swap.
+"""The starvation guard's decisions, pure: who holds a scope, which nodes, which blockers, when to swap.
 
 No I/O, no clock: every time is an argument measured on the caller's own
 clock (``unchanged_for_s``, ``held_for_s``), never compared with a time
@@ -7,13 +7,12 @@ another machine wrote. docs/gang.md "Starvation guard" states the contract.
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 from typing import Mapping, Sequence
 
 from raygpu.model.base import Frozen
 from raygpu.model.gang import NodeFree
-from raygpu.model.guard import HoldUnit, LeaseView, Placeholder, WaitingGang
+from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
 
 
 class LeaseAction(str, Enum):
@@ -92,69 +91,56 @@ def _neg(name: str) -> tuple[int, ...]:  # max() by name ascending
     return tuple(-ord(c) for c in name)
 
 
-def split_units(pod_requests: Mapping[str, float], gpu_resource: str | None) -> list[dict[str, float]]:
-    """A gang pod's requests as placeholder units that sum to exactly them: one unit per whole GPU (each GPU
-    frees on its own), CPU (millicores) and memory (bytes) divided as evenly as integers allow, the remainder
-    and every other resource on the first unit. A pod without whole GPUs is one unit."""
-    gpus = pod_requests.get(gpu_resource, 0.0) if gpu_resource else 0.0
-    if gpus < 1 or not float(gpus).is_integer():
-        return [dict(pod_requests)]
-    k = int(gpus)
-    units: list[dict[str, float]] = [{gpu_resource: 1.0} for _ in range(k)]  # type: ignore[misc]
-    for r, v in pod_requests.items():
-        if r == gpu_resource:
-            continue
-        scale = 1000.0 if r == "cpu" else 1.0
-        total = math.floor(v * scale + 1e-9)
-        if r not in ("cpu", "memory") or total != v * scale:
-            units[0][r] = v  # not divisible in whole units: all on the first
-            continue
-        each, rest = divmod(int(total), k)
-        for i, u in enumerate(units):
-            amount = each + (rest if i == 0 else 0)
-            if amount:
-                u[r] = amount / scale
-    return units
+def blocker_units(prefix: str, nodes: Sequence[str]) -> list[HoldUnit]:
+    """The blockers of one hold: one per distinct chosen node, ``<prefix>-<i>`` (``i``: the node's index among
+    the distinct nodes in name order). Names are deterministic, so a create whose answer was lost is found
+    again, never made twice. A blocker requests (almost) nothing: it holds a node by its anti-affinity."""
+    return [HoldUnit(name=f"{prefix}-{i}", node=n) for i, n in enumerate(sorted(set(nodes)))]
 
 
-def hold_units(prefix: str, pod_requests: Mapping[str, float], nodes: Sequence[str],
-               gpu_resource: str | None) -> list[HoldUnit]:
-    """Every placeholder of one hold: ``<prefix>-<pod>-<unit>`` pinned to the node chosen for gang pod ``pod``.
-    Names are deterministic, so a create whose answer was lost is found again, never made twice."""
-    units = split_units(pod_requests, gpu_resource)
-    return [HoldUnit(name=f"{prefix}-{i}-{j}", node=node, requests=u)
-            for i, node in enumerate(nodes) for j, u in enumerate(units)]
+def need_by_node(pod_requests: Mapping[str, float], nodes: Sequence[str]) -> dict[str, dict[str, float]]:
+    """What the gang's pods need per node: ``pod_requests`` once for every gang pod chosen for that node."""
+    out: dict[str, dict[str, float]] = {}
+    for n in nodes:
+        acc = out.setdefault(n, {})
+        for r, v in pod_requests.items():
+            acc[r] = acc.get(r, 0.0) + v
+    return out
 
 
 class HoldStep(Frozen):
-    """One step of a hold: placeholders to create, whether to swap the gang in, whether the hold ran out."""
+    """One step of a hold: blockers to create, whether to swap the gang in, whether the hold ran out."""
 
     to_create: tuple[HoldUnit, ...] = ()
     swap: bool = False
     timed_out: bool = False
-    held: int = 0  # placeholders holding their GPUs
+    blocked: int = 0  # nodes whose blocker is bound there
     wanted: int = 0
+    short: tuple[str, ...] = ()  # blocked nodes where the gang's pods do not fit yet
     reason: str = ""
 
 
-def plan_hold(units: Sequence[HoldUnit], placeholders: Sequence[Placeholder], held_for_s: float,
-              max_hold_s: float) -> HoldStep:
-    """Decide one hold step. ``held_for_s``: how long this gang has held the scope, on the caller's clock.
+def plan_hold(units: Sequence[HoldUnit], blockers: Sequence[Blocker], free: Mapping[str, Mapping[str, float]],
+              need: Mapping[str, Mapping[str, float]], held_for_s: float, max_hold_s: float) -> HoldStep:
+    """Decide one hold step. ``held_for_s``: how long this gang has held the scope, on the caller's clock;
+    ``free``: free capacity per node now (allocatable minus the pods bound there); ``need``: the gang's
+    requests per chosen node (:func:`need_by_node`).
 
-    Past ``max_hold_s``: time out (the caller deletes the placeholders and frees the Lease). Else create every
-    missing placeholder; once every one is bound and not being deleted, swap: the gang's pods, pinned to the
-    same nodes, take the GPUs the placeholders hold.
+    Past ``max_hold_s``: time out (the caller deletes the blockers and frees the Lease). Else create every
+    missing blocker; once every blocker is bound to its node (and not ending or being deleted) *and* the
+    gang's pods fit in what is free on every chosen node, swap: the gang's pods are pinned there and ungated.
+    A node absent from ``free`` (gone, not ready, cordoned) never fits.
     """
-    by_name = {p.name: p for p in placeholders}
-    held = sum(1 for u in units if (p := by_name.get(u.name)) is not None and p.bound and not p.deleting
-               and p.node == u.node)
+    by_name = {b.name: b for b in blockers}
+    blocked = sum(1 for u in units if (b := by_name.get(u.name)) is not None and b.holds and b.node == u.node)
+    short = tuple(n for n in sorted(need) if n not in free or not _fits(need[n], free[n]))
     if held_for_s > max_hold_s:
-        return HoldStep(timed_out=True, held=held, wanted=len(units),
-                        reason=f"held {held}/{len(units)} placeholders for {held_for_s:.0f} s > max-hold "
-                               f"{max_hold_s:g} s")
+        return HoldStep(timed_out=True, blocked=blocked, wanted=len(units), short=short,
+                        reason=f"{blocked}/{len(units)} nodes blocked, {len(short)} still short of room for the "
+                               f"gang, after {held_for_s:.0f} s > max-hold {max_hold_s:g} s")
     missing = tuple(u for u in units if u.name not in by_name)
-    if held == len(units) and units:
-        return HoldStep(swap=True, held=held, wanted=len(units),
-                        reason=f"all {held} placeholders hold their GPUs")
-    return HoldStep(to_create=missing, held=held, wanted=len(units),
-                    reason=f"{held}/{len(units)} placeholders hold their GPUs")
+    if units and blocked == len(units) and not short:
+        return HoldStep(swap=True, blocked=blocked, wanted=len(units),
+                        reason=f"all {blocked} nodes blocked and room for the gang on each")
+    return HoldStep(to_create=missing, blocked=blocked, wanted=len(units), short=short,
+                    reason=f"{blocked}/{len(units)} nodes blocked; waiting for room on {', '.join(short) or '-'}")

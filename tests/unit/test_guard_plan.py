@@ -1,12 +1,12 @@
-"""plan/guard.py: the starvation guard's pure decisions (election, nodes, placeholder units, hold steps)."""
+"""plan/guard.py: the starvation guard's pure decisions (election, nodes, blockers, hold steps)."""
 
 from __future__ import annotations
 
 import pytest
 
 from raygpu.model.gang import NodeFree
-from raygpu.model.guard import HoldUnit, LeaseView, Placeholder, WaitingGang, parse_guard_policy
-from raygpu.plan.guard import LeaseAction, choose_nodes, decide_lease, hold_units, plan_hold, queue_order, split_units
+from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang, parse_guard_policy
+from raygpu.plan.guard import LeaseAction, blocker_units, choose_nodes, decide_lease, need_by_node, plan_hold, queue_order
 
 GPU = "nvidia.com/gpu"
 
@@ -44,14 +44,10 @@ def test_queue_order_is_timeouts_then_api_server_creation_then_name():
     assert [g.name for g in queue_order(LINE + [w("a2", 10)])] == ["a", "a2", "b", "d"]
 
 
-def test_units_sum_to_exactly_the_pod_and_hold_one_gpu_each():
-    pod = {GPU: 8.0, "cpu": 7.5, "memory": 64 * 2**30 + 3, "example.com/nic": 1.0}
-    units = split_units(pod, GPU)
-    assert len(units) == 8 and all(u[GPU] == 1.0 for u in units)
-    for r, v in pod.items():
-        assert sum(u.get(r, 0.0) for u in units) == pytest.approx(v, abs=1e-9), r
-    assert split_units({"cpu": 4.0}, None) == [{"cpu": 4.0}]  # no GPUs: one unit of the whole shape
-    assert split_units({GPU: 0.5, "cpu": 1.0}, GPU) == [{GPU: 0.5, "cpu": 1.0}]
+def test_one_blocker_per_distinct_node_and_the_need_per_node_sums_the_pods_chosen_for_it():
+    assert [(u.name, u.node) for u in blocker_units("g-bl", ("n2", "n1", "n2"))] == [("g-bl-0", "n1"), ("g-bl-1", "n2")]
+    assert need_by_node({GPU: 4.0, "cpu": 1.0}, ("n1", "n1", "n2")) == {"n1": {GPU: 8.0, "cpu": 2.0},
+                                                                        "n2": {GPU: 4.0, "cpu": 1.0}}
 
 
 def test_nodes_with_the_most_free_gpus_are_chosen_and_a_pod_never_goes_where_it_cannot_fit():
@@ -63,19 +59,23 @@ def test_nodes_with_the_most_free_gpus_are_chosen_and_a_pod_never_goes_where_it_
     assert choose_nodes({GPU: 4.0}, 2, [node("n1", 8)], GPU) == ("n1", "n1")  # one node holds two pods
 
 
-def test_a_hold_creates_what_is_missing_swaps_when_all_hold_and_times_out_past_max_hold():
-    units = hold_units("g-ph", {GPU: 2.0}, ("n1", "n2"), GPU)
-    assert [(u.name, u.node) for u in units] == [("g-ph-0-0", "n1"), ("g-ph-0-1", "n1"), ("g-ph-1-0", "n2"),
-                                                 ("g-ph-1-1", "n2")]
-    some = [Placeholder(name="g-ph-0-0", node="n1", bound=True)]
-    step = plan_hold(units, some, held_for_s=10, max_hold_s=90)
-    assert not step.swap and [u.name for u in step.to_create] == ["g-ph-0-1", "g-ph-1-0", "g-ph-1-1"]
-    all_bound = [Placeholder(name=u.name, node=u.node, bound=True) for u in units]
-    assert plan_hold(units, all_bound, 10, 90).swap
-    leaving = all_bound[:-1] + [all_bound[-1].model_copy(update={"deleting": True})]
-    assert not plan_hold(units, leaving, 10, 90).swap  # a placeholder being deleted holds nothing
-    late = plan_hold(units, all_bound, 91, 90)
+def test_a_hold_creates_missing_blockers_swaps_only_when_all_hold_and_the_gang_fits_and_times_out():
+    units = blocker_units("g-bl", ("n1", "n2"))
+    need = need_by_node({GPU: 8.0}, ("n1", "n2"))
+    room = {"n1": {GPU: 8.0}, "n2": {GPU: 8.0}}
+    some = [Blocker(name="g-bl-0", node="n1")]
+    step = plan_hold(units, some, room, need, held_for_s=10, max_hold_s=90)
+    assert not step.swap and [u.name for u in step.to_create] == ["g-bl-1"]
+    both = [Blocker(name=u.name, node=u.node) for u in units]
+    assert plan_hold(units, both, room, need, 10, 90).swap
+    short = plan_hold(units, both, {"n1": {GPU: 8.0}, "n2": {GPU: 7.0}}, need, 10, 90)
+    assert not short.swap and short.short == ("n2",) and not short.to_create  # a GPU on n2 still busy
+    assert not plan_hold(units, both, {"n1": {GPU: 8.0}}, need, 10, 90).swap  # n2 gone or cordoned
+    for bad in ({"deleting": True}, {"ended": True}, {"node": "n9"}):  # leaving, refused, elsewhere: blocks nothing
+        assert not plan_hold(units, both[:-1] + [both[-1].model_copy(update=bad)], room, need, 10, 90).swap
+    late = plan_hold(units, both, room, need, 91, 90)
     assert late.timed_out and not late.swap and not late.to_create
+    assert not plan_hold([], [], {}, {}, 10, 90).swap  # nothing chosen: never a swap of nothing
 
 
 def test_guard_annotations_never_raise_and_fall_back_to_defaults():
