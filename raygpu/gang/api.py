@@ -350,7 +350,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
     ``expected_runtime_s`` (> 0): the job's runtime hint, recorded (backfill is not done yet).
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime
-    hint, the guard without backend none or without raygpu's PriorityClasses).
+    hint, the guard without backend none or without raygpu's blocker PriorityClass).
     """
     import ray
     if not ray.is_initialized():
