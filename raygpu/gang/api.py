@@ -1,21 +1,14 @@
 """``raygpu.placement_group``: a Ray placement group backed by a Kubernetes gang reservation.
 
-Flow (one call): plan the pods the bundles need -> reserve them as one
-all-or-nothing gang (state ConfigMap, PodGroup or Kueue group, one tested
-RayCluster patch adding a worker group of exactly those pods) -> once the
-reserved pods' Ray nodes have joined, create the Ray placement group pinned
-to them with ``bundle_label_selector`` on the Ray node label
-``raygpu.io/reservation``. A watchdog thread follows the
-reservation (reserved -> admitted -> bound -> ready) and rolls everything back
-if it is not ready within ``timeout_s``. ``remove_placement_group``, the
-context manager, interpreter exit and Ctrl-C all release it; a driver killed
-outright is collected by the sidecar's garbage collection.
-
-Ctrl-C and interpreter exit are bounded: within ``EXIT_BUDGET_S`` the Ray PG
-is removed, the state made terminal and the worker group scaled to zero; the
-wait for the pods to terminate and the emptied group's removal are handed to
-a detached ``python -m raygpu.gang.finisher`` (and, should that die too, to
-the sidecar's garbage collection), so the prompt comes back at once.
+Flow (one call): plan the pods the bundles need -> reserve them as one all-or-nothing gang (state
+ConfigMap, PodGroup or Kueue group, one tested RayCluster patch adding a worker group of exactly those
+pods) -> once the reserved pods' Ray nodes have joined, create the Ray placement group pinned to them with
+``bundle_label_selector`` on the Ray node label ``raygpu.io/reservation``. A watchdog thread follows the
+reservation (reserved -> admitted -> bound -> ready) and rolls everything back if it is not ready within
+``timeout_s``. ``remove_placement_group``, the context manager, interpreter exit and Ctrl-C all release
+it; a driver killed outright is collected by the sidecar's garbage collection. Ctrl-C and interpreter exit
+are bounded (``EXIT_BUDGET_S``); what is left goes to a detached ``python -m raygpu.gang.finisher``, then
+the sidecar's GC. Guarded reservations (the starvation guard): ``raygpu.gang.guard``.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError
+from raygpu.gang.guard import Guard
 from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
                                     plan_placement_group, reserve)  # plan_placement_group: public here
 from raygpu.model.gang import GangPlan, ReservationState
@@ -89,6 +83,7 @@ class GangPlacementGroup:
         self.error: str | None = None
         self._deadline = clock() + reservation.request.timeout_s
         self._last_beat_s = float("-inf")
+        self.guard = Guard.of(reservation, clock, progress)  # the starvation guard (gang/guard.py), or None
         self._thread = threading.Thread(target=self._watch, name=f"raygpu-{reservation.plan.gang_name}", daemon=True)
         if start_watchdog:
             self._thread.start()
@@ -236,6 +231,8 @@ class GangPlacementGroup:
             ok &= self._attempt("observing the pods", rsv.observe)
             if rsv.state != before:
                 self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
+        if self.guard is not None and not self.guard.done:
+            ok &= self._attempt("guard step", lambda: self.guard.step(rsv.state))
         if rsv.state == ReservationState.BOUND and self.placement_group is None:
             ok &= self._attempt("creating the placement group", lambda: self._reserved_ray_nodes()
                                 >= rsv.plan.pod_count and self._create_ray_pg())
@@ -243,9 +240,10 @@ class GangPlacementGroup:
             ok &= self._attempt("recording the placement group id", self._record_pg)
         if rsv.state == ReservationState.BOUND and self._pg_recorded:
             ok &= self._attempt("marking the reservation ready", self._mark_ready)
-        if rsv.state != ReservationState.READY and self._clock() > self._deadline:
+        failed = self.guard.failed if self.guard is not None else None  # the hold ran out after its swap
+        if rsv.state != ReservationState.READY and (self._clock() > self._deadline or failed):
             try:
-                self._finish(f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})",
+                self._finish(failed or f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})",
                              blocking=False)
             except Exception as e:  # noqa: BLE001 - reported; remove() again, or the sidecar's GC, finishes it
                 self._progress(f"watchdog: rollback of {rsv.plan.reservation_group} failed ({e}); remove() tries "
@@ -311,6 +309,8 @@ class GangPlacementGroup:
         """Remove the Ray PG, then the reservation; returns "done" or "draining", raises on failure
         (then nothing is marked released and the next attempt starts over)."""
         self._remove_ray_pg(pg_wait_s)
+        if self.guard is not None:  # its blockers also go with the state ConfigMap (ownerReference)
+            self._attempt("ending the guard", lambda: self.guard.release(failure or "released"))
         result = "done"
         if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) == GROUP_DRAINING:
             result = "draining"
@@ -338,25 +338,26 @@ def _outcome(release: Callable[[], str]) -> str:
 def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
                     namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
                     name: str | None = None, queue: str | None = None, kubeconfig: str | None = None,
-                    progress: Callable[[str], None] | None = None) -> GangPlacementGroup:
+                    progress: Callable[[str], None] | None = None, guard: bool | None = None,
+                    expected_runtime_s: float | None = None) -> GangPlacementGroup:
     """Create a Ray placement group whose bundles get their own all-or-nothing Kubernetes gang.
 
-    Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``.
-    ``backend`` (coscheduling|kueue|volcano|none) and ``queue`` default to the
-    cluster's ``raygpu.io/gang-backend`` / ``raygpu.io/queue`` annotations.
-    Returns once the gang is reserved; ``ray.get(pg.ready())`` (or ``pg.wait()``)
-    waits for the pods, their Ray nodes and the placement group on them.
-
-    Raises InfeasibleError / PermanentError before anything is created for
-    requests that cannot be planned (too big a bundle, unknown strategy,
-    backend or cluster, non-positive amounts).
+    Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``. ``backend``
+    (coscheduling|kueue|volcano|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
+    ``raygpu.io/queue`` annotations. Returns once the gang is reserved; ``ray.get(pg.ready())`` (or
+    ``pg.wait()``) waits for the pods, their Ray nodes and the placement group on them.
+    ``guard`` (default: annotation ``raygpu.io/guard``, off): the starvation guard of docs/gang.md.
+    ``expected_runtime_s`` (> 0): the job's runtime hint, recorded (backfill is not done yet).
+    Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
+    (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime
+    hint, the guard without backend none or without raygpu's blocker PriorityClass).
     """
     import ray
     if not ray.is_initialized():
         raise PermanentError("raygpu.placement_group needs a connected Ray driver: call ray.init(address=...) first")
     say = progress or (lambda m: None)
     job = ray.get_runtime_context().get_job_id()
-    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=job)
+    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, job, guard, expected_runtime_s)
     kube = KubeAdapter(kubeconfig)
     rsv = reserve(kube, req, time.time(), progress=say)
     gpg = GangPlacementGroup(rsv, say, kubeconfig)

@@ -25,13 +25,15 @@ from typing import Callable
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
+from raygpu.gang.guard import guard_policy_for, wire_guard
 from raygpu.model.annotations import parse_cluster_policy
+from raygpu.model.guard import GuardPolicy
 from raygpu.model.gang import GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
-from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
+from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_EXPECTED_RUNTIME, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
                                  ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_REQUEST_ID,
                                  ANNOTATION_RESERVATION_STATE,
-                                 LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
+                                 KEY_GUARD_SCOPE, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
 from raygpu.model.views import K8sPodView
 from raygpu.plan.gang import plan_gang
 from raygpu.plan.patch import (add_worker_group, raycluster_patch, remove_worker_group, set_replicas,
@@ -51,6 +53,10 @@ class Reservation:
     request: GangRequest
     state: ReservationState = ReservationState.PLANNED
     history: list[str] = field(default_factory=list)
+    guard: "GuardPolicy | None" = None  # set on a guarded reservation (gang/guard.py), with the uids it proves by
+    state_uid: str = ""
+    cluster_uid: str = ""
+    template_spec: dict = field(default_factory=dict)  # the reserved pods' spec, as patched in
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
@@ -244,6 +250,7 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     for pr in problems:
         progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
     plan = plan_gang(request, view, policy)
+    guard = guard_policy_for(kube, request.guard, view.annotations, plan, view.uid, progress)  # raises before writes
     if view.group(plan.reservation_group) is not None:
         raise PermanentError(f"a reservation named {request.name!r} already exists on {request.namespace}/"
                              f"{request.cluster} (worker group {plan.reservation_group}); pick another name")
@@ -256,6 +263,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     labels = {LABEL_RESERVATION: plan.reservation_group, LABEL_CLUSTER: dns_label(plan.cluster)}
     if request.owner_job:
         labels[LABEL_OWNER_JOB] = dns_label(request.owner_job)
+    if guard is not None:
+        labels[KEY_GUARD_SCOPE] = guard.scope_for(plan.namespace)
     request_id = uuid.uuid4().hex
     try:
         cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
@@ -264,7 +273,9 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
                             ANNOTATION_PLAN_REASON: plan.reason[:1000],
                             ANNOTATION_HEARTBEAT: f"{now_s:.0f}",
                             ANNOTATION_DEADLINE: f"{now_s + request.timeout_s:.0f}",
-                            ANNOTATION_REQUEST_ID: request_id}},
+                            ANNOTATION_REQUEST_ID: request_id,
+                            **({ANNOTATION_EXPECTED_RUNTIME: f"{request.expected_runtime_s:g}"}
+                               if request.expected_runtime_s else {})}},
             "data": {"plan.json": plan.model_dump_json(), "history": "planned"}})
     except BaseException:
         _undo_lost_create(kube, plan.namespace, plan.gang_name, request_id)
@@ -281,6 +292,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
             group = view.group(plan.need.template_group)
             assert group is not None  # the planner chose it from this view
             spec = backend.worker_group_spec(plan, group, request)
+            if guard is not None:
+                wire_guard(spec)
             try:
                 kube.patch_raycluster(plan.namespace, plan.cluster,
                                       raycluster_patch(view.resource_version, add_worker_group(spec)))
@@ -299,6 +312,9 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         else:
             raise ConflictError(f"{MAX_REPLANS} conflicting writes in a row on {plan.namespace}/{plan.cluster}")
         rsv.transition(ReservationState.RESERVED, f"worker group {plan.reservation_group} x{plan.pod_count}")
+        if guard is not None:
+            rsv.guard, rsv.state_uid, rsv.cluster_uid = guard, cm["metadata"]["uid"], view.uid
+            rsv.template_spec = spec["template"].get("spec") or {}
         return rsv
     except BaseException as e:
         # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC
@@ -320,10 +336,11 @@ def _undo_lost_create(kube: KubeAdapter, namespace: str, name: str, request_id: 
         pass
 
 
-def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None) -> GangRequest:
+def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None,
+                 guard=None, expected_runtime_s=None) -> GangRequest:
     return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
                        bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
-                       owner_job=owner_job)
+                       owner_job=owner_job, guard=guard, expected_runtime_s=expected_runtime_s)
 
 
 def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,

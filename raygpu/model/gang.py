@@ -143,6 +143,8 @@ class GangRequest(Frozen):
     timeout_s: float = 300.0
     queue: str | None = None
     owner_job: str | None = None  # Ray job id; labels the pods so a dead driver's gang is collected
+    guard: bool | None = None  # the starvation guard; None: the cluster's raygpu.io/guard annotation
+    expected_runtime_s: float | None = None  # the driver's runtime hint (recorded; backfill is not done yet)
 
     @field_validator("name", "cluster", "namespace", mode="before")
     @classmethod
@@ -191,6 +193,24 @@ class GangRequest(Frozen):
             raise PermanentError(f"queue must be a queue name (a label value: <= 63 of [A-Za-z0-9-_.], alphanumeric "
                                  f"at both ends), got {_shown(value)}")
         return value
+
+    @field_validator("guard", mode="before")
+    @classmethod
+    def _guard(cls, value: Any) -> bool | None:
+        if value is not None and not isinstance(value, bool):
+            raise PermanentError(f"guard must be True, False or None (the cluster's raygpu.io/guard), got {_shown(value)}")
+        return value
+
+    @field_validator("expected_runtime_s", mode="before")
+    @classmethod
+    def _expected_runtime(cls, value: Any) -> float | None:
+        if value is None:
+            return None
+        seconds = real_number(value, "expected_runtime_s")
+        if not math.isfinite(seconds) or not 0 < seconds <= MAX_TIMEOUT_S:
+            raise PermanentError(f"expected_runtime_s must be a number of seconds > 0 and <= {MAX_TIMEOUT_S}, "
+                                 f"got {_shown(value)}")
+        return seconds
 
     @field_validator("owner_job", mode="before")
     @classmethod

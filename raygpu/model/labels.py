@@ -58,6 +58,23 @@ LABEL_WARM_STATE = "raygpu.io/warm-state"  # value: the RayCluster name (as a DN
 WARM_STATE_KEY = "history.json"  # its data key: raygpu.model.warm.encode_history
 
 # ---------------------------------------------------------------------------------------------
+# The starvation guard (raygpu.gang.guard, docs/gang.md "Starvation guard")
+# ---------------------------------------------------------------------------------------------
+KEY_GUARD = "raygpu.io/guard"  # on a RayCluster: on | off (default off): guard every reservation of it
+KEY_MAX_HOLD = "raygpu.io/max-hold"  # on a RayCluster: e.g. 90s, 15m (default 15m): longest hold per election
+KEY_GUARD_SCOPE = "raygpu.io/guard-scope"  # on a RayCluster: scope name (default: the namespace); also on state
+#   ConfigMaps of guarded reservations and on the scope's Lease (value: the scope, as a DNS label)
+LABEL_BLOCKER = "raygpu.io/guard-blocker"  # on blocker pods: the reservation group whose nodes they hold
+LABEL_GUARD_FOR = "raygpu.io/guard-for"  # on a guarded gang's pods and its blockers: the gang (state ConfigMap)
+#   name; every pod without this value is kept off a blocked node by the blocker's anti-affinity
+ANNOTATION_GUARD_TIMEOUTS = "raygpu.io/guard-timeouts"  # on a state ConfigMap: holds that timed out (queue order)
+ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state ConfigMap: the driver's runtime hint
+GUARD_GATE = "raygpu.io/guard"  # schedulingGate on a guarded reservation's pods until the guard swaps them in
+PRIORITY_CLASS_BLOCKER = "raygpu-guard-blocker"  # deploy/guard/priorityclasses.yaml: above user pods (none of
+#   them can preempt a blocker to get onto a blocked node), preemptionPolicy Never
+GUARD_LEASE_PREFIX = "raygpu-guard-"  # coordination.k8s.io Lease per scope: raygpu-guard-<scope>
+
+# ---------------------------------------------------------------------------------------------
 # Names raygpu derives
 # ---------------------------------------------------------------------------------------------
 RESERVATION_GROUP_PREFIX = "rg-"  # worker groups that carry a reservation: rg-<request name>

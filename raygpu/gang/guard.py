@@ -1,0 +1,363 @@
+"""The starvation guard of one guarded reservation, run by its driver's watchdog (docs/gang.md "Starvation guard").
+
+Each ``step`` (at most every ``GUARD_EVERY_S``): (1) read the scope's Lease
+and the scope's guarded state ConfigMaps; (2) decide (``plan.guard.decide_lease``)
+and write the Lease, every update guarded by its resourceVersion (a conflict:
+re-read next step, never overwrite); (3) while holding: choose the nodes once
+(``plan.guard.choose_nodes``) and create one *blocker* pod per chosen node:
+``spec.nodeName`` set (the API server binds it; no scheduler queue, no race),
+requests 1m CPU and 1Mi memory, and a required pod anti-affinity (topologyKey
+kubernetes.io/hostname, every namespace) against every pod not labelled
+``raygpu.io/guard-for=<gang>``. kube-scheduler checks the anti-affinity of pods
+already on a node against each incoming pod, so no other pod is scheduled there
+any more while the pods running there run on, untouched. Once every chosen
+node has room for the gang's pods (allocatable minus the pods bound there),
+the gang's gated pods are labelled ``raygpu.io/guard-for=<gang>``, pinned to
+those nodes and ungated; once all are bound the blockers are deleted.
+(4) past ``max-hold``: delete the blockers, free the Lease, count the timeout
+on the state ConfigMap, Event GuardTimedOut. Once the reservation is
+admitted: delete leftover blockers, free the Lease, Event GuardReleased.
+
+Touches only: the scope's Lease (labelled ``raygpu.io/guard-scope``), blocker
+pods labelled ``raygpu.io/guard-blocker=<group>`` *and* owned by this
+reservation's state ConfigMap (uid checked, deleted under a uid precondition),
+and the reservation's own pods (``raygpu.io/reservation=<group>``). It never
+deletes, evicts or preempts any other pod. Every write may fail; the next step
+re-reads and retries, and a dead driver's Lease expires (the next gang in line
+takes it on its own clock) while its blockers go with its state ConfigMap
+(ownerReference: Kubernetes' garbage collector).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Callable
+
+from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
+from raygpu.errors import ConflictError, RayGpuError
+from raygpu.model.gang import GangPlan, NodeFree, ReservationState
+from raygpu.model.guard import LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, WaitingGang
+from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_BLOCKER, LABEL_CLUSTER,
+                                 LABEL_GUARD_FOR, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER, dns_label)
+from raygpu.plan.gang_shapes import free_nodes
+from raygpu.plan.guard import LeaseAction, blocker_units, choose_nodes, decide_lease, need_by_node, plan_hold
+
+GUARD_EVERY_S = 2.0  # the guard's step (the watchdog's is 0.5 s): a few reads per step
+LEASE = ("coordination.k8s.io/v1", "Lease")
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+BLOCKER_REQUESTS = {"cpu": "1m", "memory": "1Mi"}  # no GPU: a blocker holds a node by its anti-affinity
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def _micro_time() -> str:  # a Lease's MicroTime; informational (nobody compares it with a clock)
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def pin(affinity: dict[str, Any] | None, node: str) -> dict[str, Any]:
+    """``affinity`` with its required node terms narrowed to ``node`` (matchFields metadata.name); a gated
+    pod may only have its node affinity narrowed, which this does: every existing term gets the field."""
+    field = {"key": "metadata.name", "operator": "In", "values": [node]}
+    out = dict(affinity or {})
+    na = dict(out.get("nodeAffinity") or {})
+    req = dict(na.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in req.get("nodeSelectorTerms") or []] or [{}]
+    for t in terms:
+        t["matchFields"] = [*(t.get("matchFields") or []), field]
+    req["nodeSelectorTerms"] = terms
+    na["requiredDuringSchedulingIgnoredDuringExecution"] = req
+    out["nodeAffinity"] = na
+    return out
+
+
+class Guard:
+    """The guard of one reservation. ``clock``: the driver's monotonic seconds (never compared elsewhere)."""
+
+    def __init__(self, kube: KubeAdapter, plan: GangPlan, policy: GuardPolicy, *, state_uid: str,
+                 cluster_uid: str, template_spec: dict[str, Any], clock: Callable[[], float],
+                 progress: Callable[[str], None] = lambda m: None) -> None:
+        self.kube, self.plan, self.policy = kube, plan, policy
+        self.state_uid, self.cluster_uid, self.template_spec = state_uid, cluster_uid, template_spec
+        self.clock, self.progress = clock, progress
+        self.scope = policy.scope_for(plan.namespace)
+        self.lease_name = policy.lease_name(plan.namespace)
+        self.me = plan.gang_name
+        self.tag = dns_label(plan.gang_name)  # the value of raygpu.io/guard-for on its pods and blockers
+        self.nodes: tuple[str, ...] | None = None  # chosen once per hold
+        self.held_since: float | None = None  # our clock, when we took the Lease
+        self.swapped = False
+        self.swapping = False  # the swap's patches began: finish them even if the room is now (rightly) taken
+        self.unblocked = False  # the gang's pods are bound and its blockers deleted
+        self.failed: str | None = None  # set when the hold ran out after the swap: the gang must be rolled back
+        self.done = False
+        self._seen: tuple[tuple[str, str, str], float] | None = None
+        self._last_step = float("-inf")
+        self._last_renew = float("-inf")
+
+    @classmethod
+    def of(cls, rsv: Any, clock: Callable[[], float], progress: Callable[[str], None]) -> "Guard | None":
+        """The guard of reservation ``rsv`` (a gang.reservation.Reservation), None when it is not guarded."""
+        if rsv.guard is None:
+            return None
+        return cls(rsv.kube, rsv.plan, rsv.guard, state_uid=rsv.state_uid, cluster_uid=rsv.cluster_uid,
+                   template_spec=rsv.template_spec, clock=clock, progress=progress)
+
+    # ------------------------------------------------------------------ step
+    def step(self, state: ReservationState) -> None:
+        """One guard step (a no-op sooner than ``GUARD_EVERY_S`` after the last). Raises RayGpuError when a
+        read or write failed: the watchdog retries next step; nothing is believed that did not land."""
+        now = self.clock()
+        if self.done or now - self._last_step < GUARD_EVERY_S:
+            return
+        self._last_step = now
+        if state != ReservationState.RESERVED:
+            self.release(f"reservation {state.value}")
+            return
+        lease = self._read_lease()
+        gangs = [WaitingGang.from_k8s(c) for c in self.kube.list(
+            "v1", "ConfigMap", self.plan.namespace, f"{KEY_GUARD_SCOPE}={self.scope}")]
+        if lease is None or self._seen is None or self._seen[0] != lease.record:
+            self._seen = (lease.record if lease else ("", "", ""), now)
+        decision = decide_lease(self.me, lease, gangs, now - self._seen[1])
+        if decision.action == LeaseAction.WAIT:
+            return
+        if decision.action == LeaseAction.CREATE:
+            self._create_lease()
+            self._last_renew = now
+        elif decision.action == LeaseAction.ACQUIRE or now - self._last_renew > LEASE_DURATION_S / 3:
+            assert lease is not None  # decide_lease says CREATE when there is none
+            self._write_lease(lease, acquire=decision.action == LeaseAction.ACQUIRE)
+            self._last_renew = now
+        if self.held_since is None:
+            self.held_since = now
+            self.progress(f"guard: {self.me} holds scope {self.scope} ({decision.reason})")
+        self._hold(now)
+
+    def _hold(self, now: float) -> None:
+        need = self.plan.need
+        gpu = need.gpu_shape.resource if need.gpu_shape else None
+        if self.nodes is None:
+            self.nodes = self._choose(gpu)
+            if self.nodes is None:
+                return
+            self._event("GuardHeld", f"{self.me} is first in line in scope {self.scope}: blocking "
+                        f"{', '.join(sorted(set(self.nodes)))} for up to {self.policy.max_hold_s:g} s")
+        if self.swapped:
+            self._unblock_when_bound(now)
+            return
+        units = blocker_units(f"{self.me}-bl", self.nodes)
+        free = {n.name: n.free for n in self._free()}
+        step = plan_hold(units, self._blockers(), free, need_by_node(need.k8s_requests, self.nodes),
+                         now - (self.held_since or now), self.policy.max_hold_s)
+        if step.timed_out:
+            self._time_out(step.reason)
+            return
+        for u in step.to_create:
+            self._create_blocker(u)
+        if step.swap or self.swapping:  # a swap cut short by a failed patch: the pods it let in now use the room
+            self._swap()
+
+    def _unblock_when_bound(self, now: float) -> None:
+        """After the swap: once every gang pod is bound, delete the blockers; past max-hold, time out."""
+        if self.unblocked:
+            return
+        if now - (self.held_since or now) > self.policy.max_hold_s:
+            self._time_out("the gang's pods were not all bound within max-hold")
+            return
+        pods = self._gang_pods()
+        if len(pods) == self.plan.pod_count and all(p.node_name for p in pods):
+            self.delete_blockers()
+            self.unblocked = True
+            self.progress(f"guard: every pod of {self.me} is bound; blockers deleted")
+
+    def _free(self) -> tuple[NodeFree, ...]:
+        nodes = parse_each(self.kube.list("v1", "Node"), node_view, "Node")
+        return free_nodes(nodes, parse_each(self.kube.list("v1", "Pod"), pod_view, "Pod"))
+
+    def _choose(self, gpu: str | None) -> tuple[str, ...] | None:
+        """Nodes the gang's pods may use (nodeSelector, taints), by most free GPUs now."""
+        sel = self.template_spec.get("nodeSelector") or {}
+        tols = parse_each([{"metadata": {"name": "t", "namespace": "t"}, "spec": {
+            "tolerations": self.template_spec.get("tolerations") or []}}], pod_view, "Pod")[0].tolerations
+        nodes = [n for n in parse_each(self.kube.list("v1", "Node"), node_view, "Node")
+                 if all(n.labels.get(k) == v for k, v in sel.items())
+                 and all(any(t.tolerates(x) for t in tols) for x in n.taints if x.effect in ("NoSchedule", "NoExecute"))]
+        pods = parse_each(self.kube.list("v1", "Pod"), pod_view, "Pod")
+        return choose_nodes(self.plan.need.k8s_requests, self.plan.pod_count, free_nodes(nodes, pods), gpu)
+
+    # ---------------------------------------------------------------- blockers
+    def _owned(self, pod: dict[str, Any]) -> bool:
+        md = pod.get("metadata") or {}
+        return ((md.get("labels") or {}).get(LABEL_BLOCKER) == self.plan.reservation_group
+                and any(o.get("uid") == self.state_uid and o.get("kind") == "ConfigMap"
+                        for o in md.get("ownerReferences") or []))
+
+    def _blocker_pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.kube.list("v1", "Pod", self.plan.namespace,
+                                          f"{LABEL_BLOCKER}={self.plan.reservation_group}") if self._owned(p)]
+
+    def _blockers(self) -> list[Blocker]:
+        return [Blocker(name=p["metadata"]["name"], uid=p["metadata"].get("uid", ""),
+                        node=(p.get("spec") or {}).get("nodeName") or "",
+                        ended=(p.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+                        deleting=bool(p["metadata"].get("deletionTimestamp"))) for p in self._blocker_pods()]
+
+    def blocker_spec(self, node: str) -> dict[str, Any]:
+        """A blocker's pod spec: bound to ``node`` by ``nodeName``, tiny requests, the gang's tolerations, and a
+        required anti-affinity against every pod (any namespace) whose raygpu.io/guard-for is not this gang."""
+        term = {"labelSelector": {"matchExpressions": [{"key": LABEL_GUARD_FOR, "operator": "NotIn",
+                                                        "values": [self.tag]}]},
+                "namespaceSelector": {}, "topologyKey": HOSTNAME}
+        spec: dict[str, Any] = {
+            "nodeName": node, "priorityClassName": PRIORITY_CLASS_BLOCKER, "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+            "containers": [{"name": "block", "image": PAUSE_IMAGE,
+                            "resources": {"requests": dict(BLOCKER_REQUESTS), "limits": dict(BLOCKER_REQUESTS)}}]}
+        if self.template_spec.get("tolerations"):  # tolerating nothing more than the gang's pods
+            spec["tolerations"] = self.template_spec["tolerations"]
+        return spec
+
+    def _create_blocker(self, unit: HoldUnit) -> None:
+        try:
+            self.kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": unit.name, "namespace": self.plan.namespace,
+                "labels": {LABEL_BLOCKER: self.plan.reservation_group, LABEL_GUARD_FOR: self.tag,
+                           LABEL_CLUSTER: dns_label(self.plan.cluster)},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": self.me, "uid": self.state_uid,
+                                     "blockOwnerDeletion": False}]}, "spec": self.blocker_spec(unit.node)})
+        except ConflictError:
+            pass  # exists: an earlier create whose answer was lost (read back, and proven, next step)
+
+    def delete_blockers(self) -> int:
+        """Delete this reservation's blockers (proven ours: label and owner uid), each under a uid precondition.
+        Returns how many were deleted; raises RayGpuError on a failed delete."""
+        n = 0
+        for p in self._blocker_pods():
+            md = p["metadata"]
+            try:
+                n += self.kube.delete("v1", "Pod", md["name"], self.plan.namespace, uid=md.get("uid"))
+            except ConflictError:
+                pass  # another object of that name now: not ours
+        return n
+
+    # ------------------------------------------------------------------ swap
+    def _gang_pods(self) -> list:
+        return sorted((p for p in self.kube.ray_pods(self.plan.namespace, self.plan.cluster)
+                       if p.labels.get(LABEL_RESERVATION) == self.plan.reservation_group and not p.deleting),
+                      key=lambda p: p.name)
+
+    def _swap(self) -> None:
+        """Label each gated gang pod ``raygpu.io/guard-for=<gang>`` (the blockers' anti-affinity spares it), pin
+        it to its node, then ungate it. Idempotent: a pod already ungated is patched to the same values."""
+        pods = self._gang_pods()
+        if len(pods) != self.plan.pod_count or self.nodes is None:
+            return  # KubeRay has not created them all yet
+        self.swapping = True
+        for p, node in zip(pods, self.nodes):
+            self.kube.merge_patch("v1", "Pod", p.name, self.plan.namespace,
+                                  {"metadata": {"labels": {LABEL_GUARD_FOR: self.tag}},
+                                   "spec": {"affinity": pin(self.template_spec.get("affinity"), node)}})
+        for p in pods:
+            self.kube.merge_patch("v1", "Pod", p.name, self.plan.namespace, {"spec": {"schedulingGates": None}})
+        self.swapped = True
+        self.progress(f"guard: every chosen node blocked and with room; {len(pods)} pods of {self.me} ungated")
+
+    # ----------------------------------------------------------------- Lease
+    def _read_lease(self) -> LeaseView | None:
+        raw = self.kube.get(*LEASE, self.lease_name, self.plan.namespace)
+        return LeaseView.from_k8s(raw) if raw else None
+
+    def _create_lease(self) -> None:
+        t = _micro_time()
+        self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
+            "name": self.lease_name, "namespace": self.plan.namespace, "labels": {KEY_GUARD_SCOPE: self.scope}},
+            "spec": {"holderIdentity": self.me, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t,
+                     "renewTime": t, "leaseTransitions": 0}})
+
+    def _write_lease(self, lease: LeaseView, acquire: bool) -> None:
+        t = _micro_time()
+        spec: dict[str, Any] = {"holderIdentity": self.me, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": t}
+        if acquire:
+            spec.update(acquireTime=t, leaseTransitions=lease.transitions + 1)
+        self.kube.merge_patch(*LEASE, self.lease_name, self.plan.namespace,
+                              {"metadata": {"resourceVersion": lease.resource_version}, "spec": spec})
+
+    def _free_lease(self) -> None:
+        lease = self._read_lease()
+        if lease is not None and lease.holder == self.me:
+            self.kube.merge_patch(*LEASE, self.lease_name, self.plan.namespace, {
+                "metadata": {"resourceVersion": lease.resource_version}, "spec": {"holderIdentity": None}})
+
+    # ------------------------------------------------------------- endings
+    def _time_out(self, why: str) -> None:
+        self.delete_blockers()
+        cm = self.kube.get("v1", "ConfigMap", self.me, self.plan.namespace) or {}
+        done = int(((cm.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GUARD_TIMEOUTS, "0") or 0)
+        self.kube.merge_patch("v1", "ConfigMap", self.me, self.plan.namespace,
+                              {"metadata": {"annotations": {ANNOTATION_GUARD_TIMEOUTS: str(done + 1)}}})
+        self._free_lease()
+        self._event("GuardTimedOut", f"{self.me}: {why}; blockers deleted, scope {self.scope} freed; the gang "
+                    "waits behind the gangs that did not time out" + ("; its pods were already swapped in: rolled "
+                                                                       "back" if self.swapped else ""), "Warning")
+        if self.swapped:
+            self.failed = f"guard: {why} after the swap"
+        self.nodes, self.held_since, self.unblocked, self.swapping = None, None, False, False
+
+    def release(self, why: str) -> None:
+        """End the guard: delete leftover blockers, free the Lease if we hold it, Event GuardReleased once.
+        Idempotent; raises RayGpuError when a write failed (called again, it finishes)."""
+        if self.done:
+            return
+        held = self.held_since is not None
+        self.delete_blockers()
+        self._free_lease()
+        self.done = True
+        if held:
+            self._event("GuardReleased", f"{self.me}: {why}; scope {self.scope} freed")
+
+    def _event(self, reason: str, message: str, type_: str = "Normal") -> None:
+        self.progress(f"guard: {reason}: {message}")
+        try:
+            self.kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": self.plan.cluster,
+                             "namespace": self.plan.namespace, "uid": self.cluster_uid}, reason, message, type_)
+        except RayGpuError as e:  # an Event never blocks the guard
+            self.progress(f"guard: event {reason} not recorded: {e}")
+
+
+# ------------------------------------------------------------------ reserve's hooks
+def guard_policy_for(kube: KubeAdapter, guard: bool | None, annotations: dict[str, str], plan: GangPlan,
+                     cluster_uid: str, progress: Callable[[str], None] = lambda m: None) -> GuardPolicy | None:
+    """The guard policy of a reservation about to be made, or None when it is not guarded.
+
+    ``guard`` (the request's) wins over the cluster's ``raygpu.io/guard``; a bad annotation value is reported
+    (progress and a Warning Event ``InvalidAnnotation`` on the RayCluster) and its default used. Raises
+    PermanentError before anything is created when a guarded reservation cannot work: a backend other than
+    ``none`` (the guard is the all-or-nothing itself), or raygpu's blocker PriorityClass not installed.
+    """
+    from raygpu.errors import PermanentError
+    from raygpu.model.guard import parse_guard_policy
+    policy, problems = parse_guard_policy(annotations)
+    for pr in problems:
+        progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
+        try:
+            kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": plan.cluster,
+                        "namespace": plan.namespace, "uid": cluster_uid}, "InvalidAnnotation",
+                       f"{pr.key}={pr.value!r}: {pr.reason}; using {pr.default_used}", "Warning")
+        except RayGpuError:
+            pass  # the message above reached the driver; an Event is best effort
+    if not (guard if guard is not None else policy.enabled):
+        return None
+    if plan.backend.value != "none":
+        raise PermanentError(f"the starvation guard needs backend none (it makes the gang all-or-nothing itself), "
+                             f"got {plan.backend.value}; pass backend='none' or guard=False")
+    if kube.get("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_BLOCKER) is None:
+        raise PermanentError(f"the starvation guard needs PriorityClass {PRIORITY_CLASS_BLOCKER}: kubectl apply -f "
+                             "deploy/guard/priorityclasses.yaml (or pass guard=False)")
+    return policy.model_copy(update={"enabled": True})
+
+
+def wire_guard(spec: dict[str, Any]) -> None:
+    """Make a guarded reservation's worker group spec wait for the guard: its pods are created gated
+    (``raygpu.io/guard``), so none binds before the swap (mutated in place). Their priority is the user's."""
+    pod = spec["template"].setdefault("spec", {})
+    pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": GUARD_GATE}]

@@ -1,0 +1,146 @@
+"""The starvation guard's decisions, pure: who holds a scope, which nodes, which blockers, when to swap.
+
+No I/O, no clock: every time is an argument measured on the caller's own
+clock (``unchanged_for_s``, ``held_for_s``), never compared with a time
+another machine wrote. docs/gang.md "Starvation guard" states the contract.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Mapping, Sequence
+
+from raygpu.model.base import Frozen
+from raygpu.model.gang import NodeFree
+from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
+
+
+class LeaseAction(str, Enum):
+    CREATE = "create"  # no Lease yet: create it held by us
+    ACQUIRE = "acquire"  # released, expired, or its holder no longer waits: take it (resourceVersion-guarded)
+    RENEW = "renew"  # we hold it
+    WAIT = "wait"  # someone else holds it, or an older gang waits
+
+
+class LeaseDecision(Frozen):
+    action: LeaseAction
+    reason: str
+
+
+def queue_order(gangs: Sequence[WaitingGang]) -> list[WaitingGang]:
+    """Waiting gangs, first in line first: fewest timed-out holds, then oldest (API server's clock), then name."""
+    return sorted((g for g in gangs if g.waiting), key=lambda g: (g.timeouts, g.created_at_s, g.name))
+
+
+def decide_lease(me: str, lease: LeaseView | None, gangs: Sequence[WaitingGang], unchanged_for_s: float) -> LeaseDecision:
+    """What gang ``me`` (its state ConfigMap's name) does with its scope's Lease this step.
+
+    ``gangs``: the scope's guarded reservations; ``unchanged_for_s``: how long,
+    on the caller's clock, the Lease's record (holder, renewTime,
+    resourceVersion) has looked the same to it (0 when first seen). A Lease is
+    free when released (holder ""), when its holder no longer waits (admitted,
+    released or gone: read from the API server, no clock), or when it has not
+    changed for its leaseDurationSeconds. Only the first gang in
+    :func:`queue_order` takes a free Lease, so at most one gang per scope holds.
+    """
+    line = queue_order(gangs)
+    first = line[0].name if line else None
+    if lease is not None and lease.holder == me:
+        return LeaseDecision(action=LeaseAction.RENEW, reason="we hold the scope")
+    if first != me:
+        return LeaseDecision(action=LeaseAction.WAIT, reason=f"{first or 'nobody'} is first in line")
+    if lease is None:
+        return LeaseDecision(action=LeaseAction.CREATE, reason="first in line; no Lease yet")
+    if not lease.holder:
+        return LeaseDecision(action=LeaseAction.ACQUIRE, reason="first in line; the Lease is released")
+    if lease.holder not in {g.name for g in line}:
+        return LeaseDecision(action=LeaseAction.ACQUIRE, reason=f"first in line; holder {lease.holder} no longer waits")
+    if unchanged_for_s > lease.lease_duration_s:
+        return LeaseDecision(action=LeaseAction.ACQUIRE, reason=f"first in line; holder {lease.holder} has not "
+                             f"renewed for {unchanged_for_s:.0f} s > {lease.lease_duration_s} s")
+    return LeaseDecision(action=LeaseAction.WAIT, reason=f"{lease.holder} holds the scope")
+
+
+def _fits(need: Mapping[str, float], have: Mapping[str, float]) -> bool:
+    return all(v <= have.get(r, 0.0) + 1e-9 for r, v in need.items() if v > 0)
+
+
+def choose_nodes(pod_requests: Mapping[str, float], pod_count: int, nodes: Sequence[NodeFree],
+                 gpu_resource: str | None) -> tuple[str, ...] | None:
+    """A node per gang pod: where it will fit soonest without runtime hints, i.e. the node with the most of
+    ``gpu_resource`` free now (then the most of every resource, then the name), among nodes whose allocatable
+    holds the pod; a node takes several pods while its allocatable holds them. None if some pod fits no node.
+    """
+    left = {n.name: dict(n.allocatable) for n in nodes}
+    free = {n.name: dict(n.free) for n in nodes}
+    out: list[str] = []
+    for _ in range(pod_count):
+        fitting = [n for n in nodes if _fits(pod_requests, left[n.name])]
+        if not fitting:
+            return None
+        key = gpu_resource or "cpu"
+        best = max(fitting, key=lambda n: (free[n.name].get(key, 0.0), sum(free[n.name].values()), _neg(n.name)))
+        out.append(best.name)
+        for r, v in pod_requests.items():
+            left[best.name][r] = left[best.name].get(r, 0.0) - v
+            free[best.name][r] = free[best.name].get(r, 0.0) - v
+    return tuple(out)
+
+
+def _neg(name: str) -> tuple[int, ...]:  # max() by name ascending
+    return tuple(-ord(c) for c in name)
+
+
+def blocker_units(prefix: str, nodes: Sequence[str]) -> list[HoldUnit]:
+    """The blockers of one hold: one per distinct chosen node, ``<prefix>-<i>`` (``i``: the node's index among
+    the distinct nodes in name order). Names are deterministic, so a create whose answer was lost is found
+    again, never made twice. A blocker requests (almost) nothing: it holds a node by its anti-affinity."""
+    return [HoldUnit(name=f"{prefix}-{i}", node=n) for i, n in enumerate(sorted(set(nodes)))]
+
+
+def need_by_node(pod_requests: Mapping[str, float], nodes: Sequence[str]) -> dict[str, dict[str, float]]:
+    """What the gang's pods need per node: ``pod_requests`` once for every gang pod chosen for that node."""
+    out: dict[str, dict[str, float]] = {}
+    for n in nodes:
+        acc = out.setdefault(n, {})
+        for r, v in pod_requests.items():
+            acc[r] = acc.get(r, 0.0) + v
+    return out
+
+
+class HoldStep(Frozen):
+    """One step of a hold: blockers to create, whether to swap the gang in, whether the hold ran out."""
+
+    to_create: tuple[HoldUnit, ...] = ()
+    swap: bool = False
+    timed_out: bool = False
+    blocked: int = 0  # nodes whose blocker is bound there
+    wanted: int = 0
+    short: tuple[str, ...] = ()  # blocked nodes where the gang's pods do not fit yet
+    reason: str = ""
+
+
+def plan_hold(units: Sequence[HoldUnit], blockers: Sequence[Blocker], free: Mapping[str, Mapping[str, float]],
+              need: Mapping[str, Mapping[str, float]], held_for_s: float, max_hold_s: float) -> HoldStep:
+    """Decide one hold step. ``held_for_s``: how long this gang has held the scope, on the caller's clock;
+    ``free``: free capacity per node now (allocatable minus the pods bound there); ``need``: the gang's
+    requests per chosen node (:func:`need_by_node`).
+
+    Past ``max_hold_s``: time out (the caller deletes the blockers and frees the Lease). Else create every
+    missing blocker; once every blocker is bound to its node (and not ending or being deleted) *and* the
+    gang's pods fit in what is free on every chosen node, swap: the gang's pods are pinned there and ungated.
+    A node absent from ``free`` (gone, not ready, cordoned) never fits.
+    """
+    by_name = {b.name: b for b in blockers}
+    blocked = sum(1 for u in units if (b := by_name.get(u.name)) is not None and b.holds and b.node == u.node)
+    short = tuple(n for n in sorted(need) if n not in free or not _fits(need[n], free[n]))
+    if held_for_s > max_hold_s:
+        return HoldStep(timed_out=True, blocked=blocked, wanted=len(units), short=short,
+                        reason=f"{blocked}/{len(units)} nodes blocked, {len(short)} still short of room for the "
+                               f"gang, after {held_for_s:.0f} s > max-hold {max_hold_s:g} s")
+    missing = tuple(u for u in units if u.name not in by_name)
+    if units and blocked == len(units) and not short:
+        return HoldStep(swap=True, blocked=blocked, wanted=len(units),
+                        reason=f"all {blocked} nodes blocked and room for the gang on each")
+    return HoldStep(to_create=missing, blocked=blocked, wanted=len(units), short=short,
+                    reason=f"{blocked}/{len(units)} nodes blocked; waiting for room on {', '.join(short) or '-'}")

@@ -1,0 +1,256 @@
+"""gang/guard.py on the one fake Kubernetes: a guarded reservation's Lease, blockers, swap, timeout, release."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from raygpu.errors import ConflictError, PermanentError
+from raygpu.gang.guard import GUARD_EVERY_S, Guard
+from raygpu.gang.reservation import reserve
+from raygpu.model.gang import ReservationState
+from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_BLOCKER,
+                                 LABEL_GUARD_FOR, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER)
+from raygpu.model.views import K8sPodView
+from raygpu.testing.builders.clusters import cluster, gang, gpus
+from raygpu.testing.fake_kube import FakeKube
+
+S = ReservationState
+GPU = "nvidia.com/gpu"
+LEASE = ("Lease", "raygpu-guard-default")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def tick(self, s: float = GUARD_EVERY_S) -> None:
+        self.now_s += s
+
+
+def node(name: str, gpus_free_by_others: int = 0) -> dict:
+    return {"metadata": {"name": name, "labels": {}}, "spec": {},
+            "status": {"allocatable": {GPU: "8", "cpu": "64", "memory": "512Gi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def tenant(name: str, node_name: str, n: int) -> dict:
+    return {"metadata": {"name": name, "namespace": "default", "labels": {}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "x", "resources": {"requests": {GPU: str(n)}}}]},
+            "status": {"phase": "Running"}}
+
+
+class World:
+    """Cluster c (8-GPU template, annotation max-hold 90s) on nodes n1-n3; n1 has 6 GPUs taken (t1), n3 2 (t3).
+    The guarded gang is 2 x 8 GPUs: it is given n2 (free) and n3 (free once t3 ends)."""
+
+    def __init__(self, annotations: dict | None = None, classes: bool = True, **request) -> None:
+        raw = cluster("c").worker("gpu", gpus=8).raw()
+        raw["metadata"]["annotations"].update(annotations or {"raygpu.io/max-hold": "90s"})
+        self.kube = FakeKube(raw, kuberay=True)
+        if classes:
+            self.kube.objects[("PriorityClass", PRIORITY_CLASS_BLOCKER)] = {"metadata": {"name": PRIORITY_CLASS_BLOCKER}}
+        for n in ("n1", "n2", "n3"):
+            self.kube.objects[("Node", n)] = node(n)
+        self.kube.objects[("Pod", "t1")] = tenant("t1", "n1", 6)
+        self.kube.objects[("Pod", "t3")] = tenant("t3", "n3", 2)
+        self.deletes: list[tuple[str, str, str | None]] = []
+        real_delete = self.kube.delete
+
+        def delete(api_version, kind, name, namespace=None, *, uid=None):
+            self.deletes.append((kind, name, uid))
+            return real_delete(api_version, kind, name, namespace, uid=uid)
+        self.kube.delete = delete
+        self.clock = Clock()
+        self.said: list[str] = []
+        kw = {"guard": True, "backend": "none", **request}
+        self.rsv = reserve(self.kube, gang(gpus(8, 2), timeout_s=600, **kw), time.time())
+        self.group = self.rsv.plan.reservation_group
+        self.kube.extra_pods = [K8sPodView(name=f"{self.group}-{i}", namespace="default", labels={
+            LABEL_RESERVATION: self.group}, ray_cluster="c", ray_group=self.group) for i in range(2)]
+        for p in self.kube.extra_pods:  # the same pods as objects, for the swap's patches
+            self.kube.objects[("Pod", p.name)] = {"metadata": {"name": p.name, "labels": dict(p.labels),
+                                                                "resourceVersion": "1"}, "spec": {}}
+        self.guard = Guard.of(self.rsv, self.clock, self.said.append)
+
+    def step(self, state: S = S.RESERVED) -> None:
+        self.clock.tick()
+        self.guard.step(state)
+
+    def blockers(self) -> dict[str, dict]:
+        return {k[1]: o for k, o in self.kube.objects.items() if k[0] == "Pod" and LABEL_BLOCKER in
+                o["metadata"].get("labels", {})}
+
+    def bind_gang(self) -> None:
+        """The scheduler binds the gang's pods where the swap pinned them."""
+        pins = {c[1][2]: c[1][4]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"][0]["matchFields"][0]["values"][0] for c in self.kube.calls
+                if c[0] == "merge_patch" and c[1][1] == "Pod" and "affinity" in c[1][4].get("spec", {})}
+        self.kube.extra_pods = [p.model_copy(update={"node_name": pins[p.name], "phase": "Running"})
+                                for p in self.kube.extra_pods]
+
+    def pod_patches(self) -> list[tuple]:
+        return [c[1] for c in self.kube.calls if c[0] == "merge_patch" and c[1][1] == "Pod"]
+
+    def lease(self) -> dict | None:
+        return self.kube.objects.get(LEASE)
+
+
+def test_a_guarded_reservation_needs_backend_none_and_the_blocker_priority_class_and_writes_nothing_without():
+    with pytest.raises(PermanentError, match=PRIORITY_CLASS_BLOCKER):
+        World(classes=False)
+    with pytest.raises(PermanentError, match="backend none"):
+        World(backend="coscheduling")
+    for bad in (dict(guard="yes"), dict(expected_runtime_s=0), dict(expected_runtime_s=float("nan")),
+                dict(expected_runtime_s="10")):
+        with pytest.raises(PermanentError):
+            World(**bad)
+
+
+def test_a_guarded_reservations_pods_are_gated_keep_the_users_priority_and_its_state_names_the_scope():
+    world = World(expected_runtime_s=120)
+    group = next(g for g in world.kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == world.group)
+    pod = group["template"]["spec"]
+    assert pod["schedulingGates"] == [{"name": GUARD_GATE}] and "priorityClassName" not in pod
+    cm = world.kube.objects[("ConfigMap", world.rsv.plan.gang_name)]
+    assert cm["metadata"]["labels"][KEY_GUARD_SCOPE] == "default"
+    assert cm["metadata"]["annotations"]["raygpu.io/expected-runtime-s"] == "120"
+
+
+def test_unguarded_reservations_are_unchanged():
+    raw = cluster("c").worker("gpu", gpus=8).raw()
+    kube = FakeKube(raw, kuberay=True)
+    rsv = reserve(kube, gang(gpus(8, 2), backend="none"), time.time())
+    spec = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
+    assert "schedulingGates" not in spec["template"]["spec"] and rsv.guard is None
+
+
+def test_the_first_in_line_takes_the_lease_and_binds_a_blocker_to_each_of_the_freest_nodes():
+    world = World()
+    world.step()
+    tag = world.rsv.plan.gang_name
+    assert world.lease()["spec"]["holderIdentity"] == tag
+    bl = world.blockers()
+    assert sorted(b["spec"]["nodeName"] for b in bl.values()) == ["n2", "n3"]  # n1 has only 2 GPUs free
+    for b in bl.values():
+        spec = b["spec"]
+        assert spec["priorityClassName"] == PRIORITY_CLASS_BLOCKER and "schedulerName" not in spec
+        assert all(GPU not in c["resources"]["requests"] for c in spec["containers"])
+        [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term == {"labelSelector": {"matchExpressions": [{"key": LABEL_GUARD_FOR, "operator": "NotIn",
+                                                                 "values": [tag]}]},
+                        "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}
+        assert b["metadata"]["labels"][LABEL_GUARD_FOR] == tag  # its own anti-affinity never matches itself
+        owner = b["metadata"]["ownerReferences"][0]
+        assert owner["uid"] == world.rsv.state_uid and owner["kind"] == "ConfigMap"
+    assert [e.reason for e in world.kube.events] == ["GuardHeld"]
+    world.step()  # t3 still holds 2 GPUs of n3: no room for the gang yet, nothing created twice
+    assert world.pod_patches() == [] and len(world.blockers()) == 2
+    assert ("Pod", "t1") in world.kube.objects and ("Pod", "t3") in world.kube.objects  # running pods untouched
+
+
+def test_an_older_waiting_gang_keeps_the_scope_and_nothing_is_placed():
+    world = World()
+    world.kube.objects[("ConfigMap", "older")] = {"metadata": {
+        "name": "older", "creationTimestamp": "2000-01-01T00:00:00Z", "labels": {KEY_GUARD_SCOPE: "default"},
+        "annotations": {"raygpu.io/reservation-state": "reserved"}}}
+    world.kube.objects[("ConfigMap", world.rsv.plan.gang_name)]["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
+    world.step()
+    assert world.lease() is None and not world.blockers()
+
+
+def test_a_lease_written_by_someone_else_between_read_and_write_is_never_overwritten():
+    world = World()
+    world.step()  # ours now
+    world.clock.tick(60)
+    world.kube.fail("merge_patch", ConflictError("409"), when=lambda *a: a[1] == "Lease")
+    with pytest.raises(ConflictError):
+        world.guard.step(S.RESERVED)  # renew: the write raised; the next step re-reads
+    theirs = world.lease()
+    theirs["spec"]["holderIdentity"], theirs["metadata"]["resourceVersion"] = "someone-else", "99"
+    world.clock.tick(5)
+    with pytest.raises(ConflictError):  # renewing with the resourceVersion we read would overwrite: refused
+        world.guard._write_lease(world.guard._read_lease().model_copy(update={"resource_version": "98"}), False)
+    assert world.lease()["spec"]["holderIdentity"] == "someone-else"
+
+
+def test_room_on_every_blocked_node_swaps_the_labelled_pinned_gang_in_then_only_the_blockers_are_deleted():
+    world = World()
+    world.step()
+    mine = {n: b["metadata"]["uid"] for n, b in world.blockers().items()}
+    del world.kube.objects[("Pod", "t3")]  # the tenant's pod on n3 ends on its own
+    world.step()
+    patches = world.pod_patches()
+    pins = {p[2]: p[4]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchFields"][0]["values"][0] for p in patches if "affinity" in p[4]["spec"]}
+    assert sorted(pins.values()) == ["n2", "n3"]
+    assert all(p[4]["metadata"]["labels"] == {LABEL_GUARD_FOR: world.rsv.plan.gang_name}
+               for p in patches if "affinity" in p[4]["spec"])
+    assert [p[2] for p in patches if p[4]["spec"] == {"schedulingGates": None}] == [f"{world.group}-0", f"{world.group}-1"]
+    world.step()  # ungated, not bound yet: the blockers stay
+    assert set(world.blockers()) == set(mine) and world.deletes == []
+    world.bind_gang()
+    world.step()
+    assert not world.blockers() and sorted(world.deletes) == sorted(("Pod", n, uid) for n, uid in mine.items())
+    world.kube.objects[("Pod", "not-mine")] = {"metadata": {"name": "not-mine", "labels": {
+        LABEL_BLOCKER: world.group}, "ownerReferences": [{"kind": "ConfigMap", "uid": "someone-else"}]}, "spec": {}}
+    world.step(S.ADMITTED)
+    assert ("Pod", "not-mine") in world.kube.objects and ("Pod", "t1") in world.kube.objects
+    assert {d[1] for d in world.deletes} == set(mine)  # nothing but our own blockers was ever deleted
+    assert "holderIdentity" not in world.lease()["spec"]
+    assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardReleased"]
+
+
+def test_a_swap_cut_short_by_a_failed_patch_is_finished_next_step_although_the_first_pod_took_its_room():
+    world = World()
+    world.step()
+    del world.kube.objects[("Pod", "t3")]
+    world.kube.fail("merge_patch", ConflictError("boom"), when=lambda *a: a[1] == "Pod" and a[2].endswith("-1")
+                    and a[4]["spec"] == {"schedulingGates": None})
+    with pytest.raises(ConflictError):
+        world.step()
+    world.kube.objects[("Pod", "t3b")] = tenant("t3b", "n3", 8)  # pod 0 now bound there (room taken, as it should)
+    world.step()
+    ungates = [p[2] for p in world.pod_patches() if p[4]["spec"] == {"schedulingGates": None}]
+    assert ungates.count(f"{world.group}-1") == 2  # the failed try (recorded), then the one that lands
+
+
+def test_a_blocker_that_ended_blocks_nothing_and_the_gang_is_not_swapped_in():
+    world = World()
+    world.step()
+    del world.kube.objects[("Pod", "t3")]
+    next(iter(world.blockers().values()))["status"] = {"phase": "Failed"}  # e.g. a kubelet refused it
+    world.step()
+    assert world.pod_patches() == []
+
+
+def test_past_max_hold_the_blockers_go_the_lease_is_freed_and_the_gang_queues_behind():
+    world = World()
+    world.step()
+    world.clock.tick(91)
+    world.step()
+    assert not world.blockers() and "holderIdentity" not in world.lease()["spec"]
+    assert {d[1] for d in world.deletes} and all(d[1].startswith(f"{world.rsv.plan.gang_name}-bl-") for d in world.deletes)
+    cm = world.kube.objects[("ConfigMap", world.rsv.plan.gang_name)]
+    assert cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] == "1"
+    assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardTimedOut"] and world.guard.failed is None
+
+
+def test_swapped_in_but_not_bound_by_max_hold_rolls_the_gang_back():
+    world = World()
+    world.step()
+    del world.kube.objects[("Pod", "t3")]
+    world.step()  # swapped
+    world.clock.tick(91)
+    world.step()
+    assert not world.blockers() and world.guard.failed and "holderIdentity" not in world.lease()["spec"]
+
+
+def test_a_bad_max_hold_gets_an_event_and_the_default():
+    world = World(annotations={"raygpu.io/max-hold": "soon"})
+    assert world.rsv.guard.max_hold_s == 900.0
+    assert [(e.reason, e.type) for e in world.kube.events] == [("InvalidAnnotation", "Warning")]
