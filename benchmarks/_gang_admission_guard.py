@@ -10,11 +10,11 @@ A model of issue 11 item 2 (the Kubernetes-layer guard), not its code:
   where it would fit soonest. With runtime hints: the time at which the
   node's free GPUs plus the GPUs of running jobs ending by then cover it
   (EASY backfill's reservation); without: the node with the most GPUs free now.
-* **Holding, as placeholders do.** Every GPU that is or becomes free on a
-  reserved node, up to what the gang needs there, is held (high-priority
-  placeholder pods, ``preemptionPolicy: Never``: running pods are never
-  touched); held GPUs count as *held idle*. When all are held, the
-  placeholders are swapped for the gang's pods and it starts. If the gang fits
+* **Holding, as raygpu's blocker pods do** (raygpu/gang/guard.py: one pod per
+  reserved node whose anti-affinity keeps every other tenant's new pods off
+  it; running pods are never touched). Every GPU that is or becomes free on a
+  reserved node, up to what the gang needs there, is held; held GPUs count as
+  *held idle*. When all are held, the gang's pods go in and it starts. If the gang fits
   elsewhere first, it starts there and the holds are released.
 * **Backfill.** A waiting job may use held GPUs only when its runtime hint
   says it ends by the reservation's estimated start. ASSUMPTION: every job's
@@ -130,7 +130,7 @@ class GuardSim(Sim):
         take = np.minimum(np.maximum(r.need - self.held, 0), self.free)
         self.free -= take
         self.held += take
-        if (self.held >= r.need).all():  # placeholders swapped for the gang's pods
+        if (self.held >= r.need).all():  # every GPU held: the gang's pods go in
             j = r.job
             self.held -= r.need
             j.placed = [(n, g) for n, g in zip(r.where, j.pods)]

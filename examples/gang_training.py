@@ -8,6 +8,11 @@ Run inside a Ray driver of a KubeRay RayCluster (or on the local testbed):
 raygpu reserves the worker pods as one all-or-nothing gang, the placement
 group lands exactly on them, one "training" task runs per bundle, and the
 reservation is released when the ``with`` block ends (also on error/Ctrl-C).
+
+``--guard`` (backend ``none``, after ``kubectl apply -f deploy/guard``): the starvation guard holds the
+nodes the gang needs against other tenants' new pods, so a large gang does not wait behind a stream of
+small pods (docs/gang.md, "Starvation guard"); the hold is bounded by the RayCluster's
+``raygpu.io/max-hold`` (default 15m).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ def main() -> None:
     ap.add_argument("--backend", default=None, help="coscheduling | kueue | volcano | none (default: annotation)")
     ap.add_argument("--queue", default=None)
     ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--guard", action="store_true", help="the starvation guard (backend none; docs/gang.md)")
     ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     args = ap.parse_args()
 
@@ -48,7 +54,7 @@ def main() -> None:
     bundles = [{"GPU": args.gpus_per_worker, "CPU": 1}] * args.workers
     with raygpu.gang_placement_group(bundles, "STRICT_SPREAD", cluster=args.cluster, namespace=args.namespace,
                                      backend=args.backend, queue=args.queue, timeout_s=args.timeout_s,
-                                     name="gang-training", kubeconfig=args.kubeconfig,
+                                     name="gang-training", kubeconfig=args.kubeconfig, guard=args.guard or None,
                                      progress=lambda m: print(f"[raygpu] {m}", flush=True)) as pg:
         print(f"[raygpu] plan: {pg.plan.reason}", flush=True)
         ray.get(pg.ready(), timeout=args.timeout_s)
