@@ -11,7 +11,7 @@ reservation is released when the ``with`` block ends (also on error/Ctrl-C).
 
 ``--guard`` (backend ``none``, after ``kubectl apply -f deploy/guard``): the starvation guard holds the
 nodes the gang needs against other tenants' new pods, so a large gang does not wait behind a stream of
-small pods (docs/gang.md, "Starvation guard"); the hold is bounded by the RayCluster's
+small pods (docs/guard.md); the hold is bounded by the RayCluster's
 ``raygpu.io/max-hold`` (default 15m).
 """
 
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--backend", default=None, help="coscheduling | kueue | volcano | none (default: annotation)")
     ap.add_argument("--queue", default=None)
     ap.add_argument("--timeout-s", type=float, default=300)
-    ap.add_argument("--guard", action="store_true", help="the starvation guard (backend none; docs/gang.md)")
+    ap.add_argument("--guard", action="store_true", help="the starvation guard (backend none; docs/guard.md)")
     ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     args = ap.parse_args()
 

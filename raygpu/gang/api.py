@@ -346,7 +346,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
     (coscheduling|kueue|volcano|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
     ``raygpu.io/queue`` annotations. Returns once the gang is reserved; ``ray.get(pg.ready())`` (or
     ``pg.wait()``) waits for the pods, their Ray nodes and the placement group on them.
-    ``guard`` (default: annotation ``raygpu.io/guard``, off): the starvation guard of docs/gang.md.
+    ``guard`` (default: annotation ``raygpu.io/guard``, off): the starvation guard of docs/guard.md.
     ``expected_runtime_s`` (> 0): the job's runtime hint, recorded (backfill is not done yet).
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime

@@ -1,4 +1,4 @@
-"""The starvation guard of one guarded reservation, run by its driver's watchdog (docs/gang.md "Starvation guard").
+"""The starvation guard of one guarded reservation, run by its driver's watchdog (docs/guard.md).
 
 Each ``step`` (at most every ``GUARD_EVERY_S``): (1) read the scope's Lease
 and the scope's guarded state ConfigMaps; (2) decide (``plan.guard.decide_lease``)

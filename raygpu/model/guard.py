@@ -3,7 +3,7 @@
 Pure: no I/O, no clock. Parsers take raw Kubernetes dicts (what an adapter
 returns) and never raise on a bad value: ``parse_guard_policy`` reports it as
 an :class:`~raygpu.model.annotations.AnnotationProblem` and keeps the default.
-See docs/gang.md "Starvation guard".
+See docs/guard.md.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ LABEL_WARM_STATE = "raygpu.io/warm-state"  # value: the RayCluster name (as a DN
 WARM_STATE_KEY = "history.json"  # its data key: raygpu.model.warm.encode_history
 
 # ---------------------------------------------------------------------------------------------
-# The starvation guard (raygpu.gang.guard, docs/gang.md "Starvation guard")
+# The starvation guard (raygpu.gang.guard, docs/guard.md)
 # ---------------------------------------------------------------------------------------------
 KEY_GUARD = "raygpu.io/guard"  # on a RayCluster: on | off (default off): guard every reservation of it
 KEY_MAX_HOLD = "raygpu.io/max-hold"  # on a RayCluster: e.g. 90s, 15m (default 15m): longest hold per election

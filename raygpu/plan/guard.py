@@ -2,7 +2,7 @@
 
 No I/O, no clock: every time is an argument measured on the caller's own
 clock (``unchanged_for_s``, ``held_for_s``), never compared with a time
-another machine wrote. docs/gang.md "Starvation guard" states the contract.
+another machine wrote. docs/guard.md states the contract.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Issue 14 item 4: user job code runs in the Ray head container, next to the sidecar. These tests read the
 shipped YAML (the example RayCluster, the kustomize base and overlay, the admission policies) and
-docs/reclaimer.md's permission table, so a change to one without the other fails here.
+docs/sidecar.md's permission table, so a change to one without the other fails here.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ def role(objs: list[dict]) -> dict:
 
 
 def documented_permissions() -> dict[str, set[str]]:
-    """The table under "### Permissions" in docs/reclaimer.md: resource -> verbs."""
-    text = (REPO / "docs" / "reclaimer.md").read_text()
-    section = text.split("### Permissions", 1)[1].split("\n#", 1)[0]
+    """The table under "## Permissions" in docs/sidecar.md: resource -> verbs."""
+    text = (REPO / "docs" / "sidecar.md").read_text()
+    section = text.split("## Permissions", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| ([a-z, ]+) \|", section, flags=re.M)
-    assert rows, "no permission table in docs/reclaimer.md"
+    assert rows, "no permission table in docs/sidecar.md"
     out: dict[str, set[str]] = {}
     for res, verbs in rows:  # a resource may have several rows (configmaps: state, keep-warm)
         out.setdefault(res, set()).update(v.strip() for v in verbs.split(","))
