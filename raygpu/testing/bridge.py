@@ -226,8 +226,12 @@ class Bridge:
         argv = build_argv(is_head, params, head.address if head else None)
         full_env = dict(os.environ)
         full_env.update(env)
+        # RAY_AUTH_MODE: Ray >= 2.5x's `ray start` turns token auth on by itself when ~/.ray/auth_token exists
+        # (any local ray.init() or ray.cluster_utils.Cluster on this machine writes one), while a driver that
+        # connects to an address does not: every ray.init to a testbed head then fails "InvalidAuthToken".
+        # These are loopback test clusters: auth off, explicitly.
         full_env.update({MARKER_ENV: str(self.run_dir), "RAY_prestart_worker_first_driver": "0",
-                         "RAY_enable_worker_prestart": "0", "RAY_USAGE_STATS_ENABLED": "0"})
+                         "RAY_enable_worker_prestart": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"})
         full_env.pop("KUBERAY_GEN_RAY_START_CMD", None)
         logf = open(self.run_dir / "logs" / f"{ns}__{name}.log", "wb")  # noqa: SIM115 - fresh: readiness reads it
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

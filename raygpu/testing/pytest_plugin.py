@@ -13,6 +13,7 @@ Tests in ``tests/integration`` get the ``testbed`` marker automatically.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -22,6 +23,12 @@ import pytest
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons
 from raygpu.testing.controlplane import Testbed
+
+
+# A local Ray cluster started by a test (ray.cluster_utils.Cluster, ray.init()) would otherwise write
+# ~/.ray/auth_token, after which every `ray start` on this machine (the testbed's bridge, a user's) turns
+# token auth on by itself. Tests run without Ray auth unless the caller chose a mode.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 def pytest_collection_modifyitems(items):

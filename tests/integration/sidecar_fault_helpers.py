@@ -19,7 +19,7 @@ from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import no_live_ray_pg, nothing_left
 from tests.integration.sidecar_helpers import ON_5S, BRIDGE_WAIT_S, PodDeletions, Sidecar, _ready
-from tests.integration.util import ray_address, wait_for
+from tests.integration.util import alive_ray_nodes, ray_address, wait_for
 
 
 @dataclass
@@ -57,6 +57,10 @@ def make_cluster(env: Env, kube, *groups: dict, nodes: dict | None = None, conne
     n = sum(g["replicas"] for g in groups)
     addr = _ready(env.testbed, env.core, env.ns, "c", n)[0] if n else ray_address(env.testbed, env.ns, "c",
                                                                                   timeout_s=BRIDGE_WAIT_S)
+    # the bridge records the head's address when it starts it; its GCS answers a moment later (a ray.init in
+    # between once failed with "InvalidAuthToken"): wait until the GCS reports the head alive
+    wait_for("the Ray head's GCS answers", lambda: bool(alive_ray_nodes(addr)), BRIDGE_WAIT_S,
+             log=env.testbed.logs / "bridge.log")
     if connect:
         ray.init(address=addr, logging_level="ERROR", log_to_driver=False)
     return addr
