@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import subprocess
 import sys
@@ -28,7 +29,12 @@ def test_free_port_skips_a_port_that_is_listening(monkeypatch):
         held.bind(("127.0.0.1", 0))
         held.listen()
         taken = held.getsockname()[1]
-        seq = iter([taken, taken, taken + 1 if taken + 1 < 65535 else taken - 1])
+        def fresh():  # ports free right now, chosen by the kernel (taken + 1 was sometimes in use by then)
+            while True:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    yield s.getsockname()[1]
+        seq = itertools.chain([taken, taken], fresh())
         monkeypatch.setattr(procs, "_PORT_LOW", 1024)
         monkeypatch.setattr(procs, "_ephemeral_low", lambda: 65536)
         monkeypatch.setattr(procs.random, "randint", lambda a, b: next(seq))
