@@ -195,3 +195,19 @@ DRIVER = textwrap.dedent("""
     say(wide=list(placement_group_table(wide)["bundles_to_node_id"].values()))
     sys.stdin.read()  # hold both placement groups until the test closes stdin
 """)
+
+
+def refusals(records: list[dict]) -> list[dict]:
+    """The sidecar log records that report an API refusal: a value saying forbidden/denied or ``(403)``,
+    or a ``status`` of 403. Not a bare "403" anywhere in the record: a timestamp (``17:36:17.403``) or a
+    uid has those digits by chance, and CI once failed on exactly that."""
+    def refused(v, key: str = "") -> bool:
+        if isinstance(v, dict):
+            return any(refused(x, str(k)) for k, x in v.items())
+        if isinstance(v, (list, tuple)):
+            return any(refused(x, key) for x in v)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return key in ("status", "code") and v == 403
+        text = str(v).lower()
+        return "forbidden" in text or "denied" in text or "(403)" in text or (key in ("status", "code") and text == "403")
+    return [r for r in records if refused(r)]
