@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError
+from raygpu.gang.aio import AsyncFace, gang_placement_group_async, placement_group_async  # noqa: F401 - the async face
 from raygpu.gang.guard import Guard
 from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
                                     plan_placement_group, reserve)  # plan_placement_group: public here
@@ -55,9 +56,10 @@ class RayCalls:
         return cls(ray_pg, placement_group_table, remove_placement_group, ray.nodes)
 
 
-class GangPlacementGroup:
+class GangPlacementGroup(AsyncFace):
     """A Ray placement group whose bundles sit on pods reserved for it as one gang.
 
+    Asyncio drivers use the same object's ``ready_async``/``wait_async``/``remove_async`` (gang/aio.py).
     ``ray_calls`` (default: Ray's own), ``clock`` (monotonic seconds, for the
     deadline and the heartbeat period) and ``start_watchdog=False`` (the caller
     runs ``_step()`` itself) exist for tests.
@@ -107,12 +109,9 @@ class GangPlacementGroup:
         """
         while not self._released and not self._pg_created.wait(0.2):
             if self._overdue():
-                raise PermanentError(f"reservation {self.plan.reservation_group} not ready within timeout_s="
-                                     f"{self.reservation.request.timeout_s:g} (state {self.state.value}); "
-                                     "the watchdog rolls it back")
+                raise self._not_ready_error()
         if self._released:
-            raise PermanentError(f"reservation {self.plan.reservation_group} "
-                                 + (f"rolled back: {self.error}" if self.error else "released"))
+            raise self._released_error()
         return self.placement_group.ready()
 
     def wait(self, timeout_s: float | None = None) -> bool:

@@ -175,6 +175,24 @@ def test_example_gang_training_runs(testbed, ns, cluster):
     assert wait_for("released after the example", lambda: nothing_left(kube, ns, cluster) or None, 60)
 
 
+def test_example_gang_async_runs_without_blocking_its_event_loop(testbed, ns, cluster):
+    """examples/gang_async.py: the async face on real Ray and the testbed (issue 16 item 6)."""
+    addr = ray.get_runtime_context().gcs_address
+    out = subprocess.run([sys.executable, "examples/gang_async.py", "--address", addr, "--cluster", cluster,
+                          "--namespace", ns, "--workers", "2", "--backend", "none", "--timeout-s", "150",
+                          "--kubeconfig", str(testbed.kubeconfig)], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    shards = [x for x in lines if "rank" in x]
+    assert sorted(s["rank"] for s in shards) == [0, 1]
+    assert all(s["pod"].startswith("c-rg-gang-async") and len(s["gpu_ids"]) == 8 for s in shards), shards
+    turns = next(x["loop_turns_while_waiting"] for x in lines if "loop_turns_while_waiting" in x)
+    assert turns > 0  # the heartbeat task ran while the driver awaited the reservation
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    assert wait_for("released after the example", lambda: nothing_left(kube, ns, cluster) or None, 60)
+
+
 @pytest.mark.parametrize("state, cluster_label", [("ready", "c"), ("released", "other")])
 def test_the_finisher_refuses_what_its_driver_did_not_release(testbed, ns, pool, kube, state, cluster_label):
     """A user's ConfigMap and worker group that look like a reservation: the background finisher leaves both."""
