@@ -46,7 +46,19 @@ class NotFoundError(PermanentError):
 
 
 class ForbiddenError(PermanentError):
-    """The caller may not do this (HTTP 401 or 403); retrying cannot help."""
+    """The caller may not do this (HTTP 401 or 403); retrying cannot help.
+
+    For a 403 of an adapter request, ``verb`` (get, list, create, patch, delete...), ``resource``
+    (``podgroups.scheduling.x-k8s.io``, ``pods``: RBAC's resource names) and ``namespace`` (None:
+    cluster-scoped) name the permission that was missing, and so does the message; else they are None.
+    """
+
+    def __init__(self, message: str, *, verb: str | None = None, resource: str | None = None,
+                 namespace: str | None = None) -> None:
+        super().__init__(message)
+        self.verb = verb
+        self.resource = resource
+        self.namespace = namespace
 
 
 class InvalidError(PermanentError):

@@ -6,7 +6,8 @@ Promises:
   (``RayClusterView``, ``K8sPodView``, ``K8sNodeView``) or is a plain dict the
   caller asked for by name (gang objects it built itself).
 * Client exceptions become typed raygpu errors (see ``raygpu.errors``):
-  404 -> ``NotFoundError``, 401/403 -> ``ForbiddenError``, 422 ->
+  404 -> ``NotFoundError``, 401/403 -> ``ForbiddenError`` (a 403 names the
+  missing permission: verb, resource, namespace), 422 ->
   ``InvalidError`` (all PermanentErrors), 409 and failed JSON-patch ``test``
   ops -> ``ConflictError``, 5xx and connection failures or timeouts ->
   ``TransientError``; any other status -> ``PermanentError``.
@@ -82,7 +83,9 @@ def parse_each(items: Iterable[dict[str, Any]], parse: Callable[[dict[str, Any]]
 _JSON_PATCH_TEST_FAILED = re.compile(r"testing value \S+ failed|test operation does not apply", re.IGNORECASE)
 
 
-def _convert(exc: Exception, what: str) -> Exception:
+def _convert(exc: Exception, what: str, need: tuple[str, str, str | None] | None = None) -> Exception:
+    """``exc`` as a raygpu error whose message starts with ``what``. ``need`` (verb, resource, namespace; None:
+    cluster-scoped) is the permission the request needed: a 403 names it (``ForbiddenError.verb`` ...)."""
     from kubernetes.client import ApiException
     if isinstance(exc, ApiException):
         body = exc.body.decode() if isinstance(exc.body, bytes) else (exc.body or "")
@@ -94,6 +97,12 @@ def _convert(exc: Exception, what: str) -> Exception:
             return ConflictError(f"{what}: conflict: {msg}")
         if exc.status == 404:
             return NotFoundError(f"{what}: not found: {msg}")
+        if exc.status == 403 and need is not None:
+            verb, resource, namespace = need
+            where = f"in namespace {namespace}" if namespace else "cluster-wide"
+            return ForbiddenError(f"{what}: forbidden (403): missing permission: {verb} {resource} {where} (grant it "
+                                  f"in this identity's Role; raygpu's: deploy/driver, deploy/sidecar, "
+                                  f"docs/permissions.md): {msg}", verb=verb, resource=resource, namespace=namespace)
         if exc.status in (401, 403):
             return ForbiddenError(f"{what}: forbidden ({exc.status}): {msg}")
         if exc.status and exc.status >= 500:
@@ -159,12 +168,21 @@ class KubeAdapter:
     def _res(self, api_version: str, kind: str):
         return self.dyn.resources.get(api_version=api_version, kind=kind)
 
+    def _need(self, verb: str, api_version: str, kind: str, namespace: str | None) -> tuple[str, str, str | None]:
+        """The permission a request needs, in RBAC's words: (verb, ``<plural>[.<group>]``, namespace)."""
+        try:
+            res = self._res(api_version, kind)
+            resource = f"{res.name}.{res.group}" if res.group else res.name
+        except Exception:  # noqa: BLE001 - discovery failed: the kind still says what was asked
+            resource = f"{kind} ({api_version})"
+        return verb, resource, namespace
+
     # ------------------------------------------------------------ RayCluster
     def raw_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         try:
             return self._res(*RAYCLUSTER).get(name=name, namespace=namespace, **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
-            err = _convert(e, f"RayCluster {namespace}/{name}")
+            err = _convert(e, f"RayCluster {namespace}/{name}", self._need("get", *RAYCLUSTER, namespace))
             if isinstance(err, NotFoundError):
                 raise NotFoundError(f"unknown cluster: RayCluster {namespace}/{name} does not exist") from e
             raise err from e
@@ -180,7 +198,7 @@ class KubeAdapter:
             obj = self._res(*RAYCLUSTER).patch(name=name, namespace=namespace, body=patch,
                                                content_type="application/json-patch+json", **self._t)
         except Exception as e:  # noqa: BLE001
-            err = _convert(e, f"patch RayCluster {namespace}/{name}")
+            err = _convert(e, f"patch RayCluster {namespace}/{name}", self._need("patch", *RAYCLUSTER, namespace))
             # For a custom resource the API server answers a failed ``test`` op
             # with a bare 422 ("the server rejected our request due to an error
             # in our request"). If the object moved, that is a conflict.
@@ -198,13 +216,14 @@ class KubeAdapter:
         try:
             return self._res(obj["apiVersion"], obj["kind"]).create(body=obj, namespace=md.get("namespace"), **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
-            raise _convert(e, f"create {obj['kind']} {md.get('namespace')}/{md['name']}") from e
+            raise _convert(e, f"create {obj['kind']} {md.get('namespace')}/{md['name']}",
+                           self._need("create", obj["apiVersion"], obj["kind"], md.get("namespace"))) from e
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:
             return self._res(api_version, kind).get(name=name, namespace=namespace, **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
-            err = _convert(e, f"get {kind} {namespace}/{name}")
+            err = _convert(e, f"get {kind} {namespace}/{name}", self._need("get", api_version, kind, namespace))
             if isinstance(err, NotFoundError):
                 return None
             raise err from e
@@ -214,7 +233,7 @@ class KubeAdapter:
         try:
             return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector, **self._t).to_dict()["items"]
         except Exception as e:  # noqa: BLE001
-            raise _convert(e, f"list {kind} in {namespace}") from e
+            raise _convert(e, f"list {kind} in {namespace}", self._need("list", api_version, kind, namespace)) from e
 
     def merge_patch(self, api_version: str, kind: str, name: str, namespace: str | None,
                     body: dict[str, Any]) -> dict[str, Any]:
@@ -222,7 +241,8 @@ class KubeAdapter:
             return self._res(api_version, kind).patch(name=name, namespace=namespace, body=body,
                                                       content_type="application/merge-patch+json", **self._t).to_dict()
         except Exception as e:  # noqa: BLE001
-            raise _convert(e, f"patch {kind} {namespace}/{name}") from e
+            raise _convert(e, f"patch {kind} {namespace}/{name}",
+                           self._need("patch", api_version, kind, namespace)) from e
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
                uid: str | None = None) -> bool:
@@ -238,7 +258,7 @@ class KubeAdapter:
             self._res(api_version, kind).delete(name=name, namespace=namespace, body=body, **self._t)
             return True
         except Exception as e:  # noqa: BLE001
-            err = _convert(e, f"delete {kind} {namespace}/{name}")
+            err = _convert(e, f"delete {kind} {namespace}/{name}", self._need("delete", api_version, kind, namespace))
             if isinstance(err, NotFoundError):
                 return False
             raise err from e
@@ -252,14 +272,14 @@ class KubeAdapter:
             else:
                 resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False, **self._t)
         except Exception as e:  # noqa: BLE001
-            raise _convert(e, f"list Ray pods in {namespace}") from e
+            raise _convert(e, f"list Ray pods in {namespace}", ("list", "pods", namespace)) from e
         return parse_each(json.loads(resp.data)["items"], pod_view, "Pod")
 
     def nodes(self) -> list[K8sNodeView]:
         try:
             resp = self.core.list_node(_preload_content=False, **self._t)
         except Exception as e:  # noqa: BLE001
-            raise _convert(e, "list nodes") from e
+            raise _convert(e, "list nodes", ("list", "nodes", None)) from e
         return parse_each(json.loads(resp.data)["items"], node_view, "Node")
 
     def event(self, involved: dict[str, Any], reason: str, message: str, type_: str = "Normal",
@@ -274,7 +294,8 @@ class KubeAdapter:
         try:
             self.core.create_namespaced_event(ns, body, **self._t)
         except Exception as e:  # noqa: BLE001
-            raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}") from e
+            raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}",
+                           ("create", "events", ns)) from e
 
 
 def _sum_resources(containers: list[dict[str, Any]], key: str, obj: str,

@@ -76,17 +76,13 @@ def _kustomize_resources(base: Path) -> list[dict[str, Any]]:
             for obj in yaml.safe_load_all((base / f).read_text()) if obj]
 
 
-def sidecar_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]:
-    """The objects of ``deploy/sidecar`` (ServiceAccount, Role, RoleBinding) for RayCluster ``cluster``, as an
-    overlay like ``deploy/examples/sidecar-overlay`` renders them: placed in ``namespace``, the Role's
-    rayclusters rule naming ``cluster`` and its keep-warm ConfigMap rule naming ``<cluster>-raygpu-warm``
-    instead of the placeholder.
-
-    Raises ValueError for a ``cluster`` that is no RayCluster name (a DNS subdomain), or when the Role no
-    longer carries the placeholder in exactly those two rules (the overlay's patch would then miss)."""
+def _fill_placeholder(base: str, namespace: str, cluster: str, rules: int) -> list[dict[str, Any]]:
+    """The objects of ``deploy/<base>`` placed in ``namespace``, ``RAYCLUSTER_NAME`` in the Role's resourceNames
+    replaced by ``cluster``. Raises ValueError for a ``cluster`` that is no RayCluster name (a DNS subdomain),
+    or when the placeholder is not in exactly ``rules`` Role rules (an overlay's patch would then miss)."""
     if len(cluster) > 253 or not _DNS_SUBDOMAIN.match(cluster):
         raise ValueError(f"{cluster!r} is not a RayCluster name (a lower-case DNS subdomain name)")
-    out = _kustomize_resources(DEPLOY / "sidecar")
+    out = _kustomize_resources(DEPLOY / base)
     filled = 0
     for obj in out:
         obj["metadata"]["namespace"] = namespace
@@ -96,12 +92,55 @@ def sidecar_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]
                 rule["resourceNames"] = [cluster + n[len(RAYCLUSTER_NAME_PLACEHOLDER):]
                                          if n.startswith(RAYCLUSTER_NAME_PLACEHOLDER) else n for n in names]
                 filled += 1
-    if filled != 2:
-        raise ValueError(f"deploy/sidecar: expected {RAYCLUSTER_NAME_PLACEHOLDER} in two Role rules (the RayCluster, "
-                         f"the keep-warm ConfigMap), found {filled}")
+    if filled != rules:
+        raise ValueError(f"deploy/{base}: expected {RAYCLUSTER_NAME_PLACEHOLDER} in {rules} Role rule(s), found {filled}")
     return out
+
+
+def sidecar_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]:
+    """The objects of ``deploy/sidecar`` (ServiceAccount, Role, RoleBinding) for RayCluster ``cluster``, as an
+    overlay like ``deploy/examples/sidecar-overlay`` renders them: placed in ``namespace``, the Role's
+    rayclusters rule naming ``cluster`` and its keep-warm ConfigMap rule naming ``<cluster>-raygpu-warm``
+    instead of the placeholder.
+
+    Raises ValueError for a ``cluster`` that is no RayCluster name (a DNS subdomain), or when the Role no
+    longer carries the placeholder in exactly those two rules (the overlay's patch would then miss)."""
+    return _fill_placeholder("sidecar", namespace, cluster, 2)
+
+
+def driver_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]:
+    """The objects of ``deploy/driver`` (ServiceAccount, Role, RoleBinding) for RayCluster ``cluster``, as
+    ``deploy/examples/driver-overlay`` renders them: placed in ``namespace``, the Role's rayclusters rule
+    naming ``cluster``. Raises ValueError as ``sidecar_deploy_objects`` does (one placeholder rule)."""
+    return _fill_placeholder("driver", namespace, cluster, 1)
 
 
 def sidecar_policy_objects() -> list[dict[str, Any]]:
     """The cluster-scoped objects of ``deploy/sidecar-policy`` (ValidatingAdmissionPolicies and their bindings)."""
     return _kustomize_resources(DEPLOY / "sidecar-policy")
+
+
+# ------------------------------------------------------------------ every manifest the repository ships
+REPO = DEPLOY.parent
+MANIFEST_ROOTS = ("deploy", "examples")
+# deploy/helm (a Helm chart: templates, not manifests) is rendered and compared by its own tests.
+SKIPPED_DIRS = ("deploy/helm",)
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+def shipped_manifests(repo: Path = REPO) -> tuple[list[Path], list[Path]]:
+    """(plain manifest files, kustomization directories) under ``deploy/`` and ``examples/``, sorted, as paths
+    relative to ``repo``. Plain: every ``*.yaml``/``*.yml`` but ``kustomization.yaml``; a directory holding a
+    ``kustomization.yaml`` is rendered whole instead (``kubectl kustomize``). Skipped: ``SKIPPED_DIRS`` and
+    every file of another suffix (a Containerfile, Python examples, READMEs)."""
+    files, kustomizations = [], []
+    for root in MANIFEST_ROOTS:
+        for p in sorted((repo / root).rglob("*")):
+            rel = p.relative_to(repo)
+            if not p.is_file() or any(rel.as_posix() == d or rel.as_posix().startswith(d + "/") for d in SKIPPED_DIRS):
+                continue
+            if p.name == "kustomization.yaml":
+                kustomizations.append(rel.parent)
+            elif p.suffix in MANIFEST_SUFFIXES:
+                files.append(rel)
+    return files, kustomizations
