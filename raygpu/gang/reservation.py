@@ -318,8 +318,14 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         return rsv
     except BaseException as e:
         # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC
-        rsv.release(failed=f"reserve failed: {e!r}" if isinstance(e, KeyboardInterrupt) else f"reserve failed: {e}",
-                    drain_timeout_s=EXIT_DRAIN_S if isinstance(e, KeyboardInterrupt) else RELEASE_DRAIN_S)
+        try:
+            rsv.release(failed=f"reserve failed: {e!r}" if isinstance(e, KeyboardInterrupt) else f"reserve failed: {e}",
+                        drain_timeout_s=EXIT_DRAIN_S if isinstance(e, KeyboardInterrupt) else RELEASE_DRAIN_S)
+        except Exception as cleanup:  # noqa: BLE001 - the caller needs the cause, not the cleanup's error
+            said = (f"undoing the failed reservation also failed ({cleanup}); what is left is released by the "
+                    "sidecar's garbage collection")
+            progress(said)
+            e.add_note(said)
         raise
 
 
