@@ -70,7 +70,8 @@ def register(subparsers) -> None:
     p.add_argument("--startup-grace-s", type=_non_negative, default=120.0,
                    help="a worker younger than this is never idle (default 120)")
     p.add_argument("--heartbeat-timeout-s", type=_positive, default=60.0,
-                   help="release a reservation whose driver has not beaten for this long (default 60)")
+                   help="release a reservation whose driver has not beaten for this long (default 60); keep it "
+                        "well above the drivers' 10 s heartbeat period, or live gangs are released")
     p.add_argument("--debug-pause-before-apply-s", type=_non_negative, default=0.0,
                    help=argparse.SUPPRESS)  # fault injection for tests: widen the plan -> patch window
     p.set_defaults(func=run)

@@ -17,13 +17,13 @@ import atexit
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.errors import PermanentError
+from raygpu.errors import NotFoundError, PermanentError
 from raygpu.gang.aio import AsyncFace, gang_placement_group_async, placement_group_async  # noqa: F401 - the async face
 from raygpu.gang.guard import Guard
+from raygpu.gang.ray_calls import RayCalls
 from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
                                     plan_placement_group, reserve)  # plan_placement_group: public here
 from raygpu.model.gang import GangPlan, ReservationState
@@ -36,24 +36,6 @@ EXIT_BUDGET_S = 5.0  # Ctrl-C / interpreter exit: the most the release may delay
 WATCHDOG_JOIN_S = 5.0  # a release first waits this long for the watchdog's step in flight
 _LIVE: set["GangPlacementGroup"] = set()
 _LIVE_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class RayCalls:
-    """The Ray calls a GangPlacementGroup makes on the driver's connection: ``real()`` Ray's, or a test's fakes."""
-
-    placement_group: Callable[..., Any]  # ray.util.placement_group
-    placement_group_table: Callable[[Any], dict]  # ray.util.placement_group.placement_group_table
-    remove_placement_group: Callable[[Any], None]  # ray.util.remove_placement_group
-    nodes: Callable[[], list[dict]]  # ray.nodes
-
-    @classmethod
-    def real(cls) -> "RayCalls":
-        import ray
-        from ray.util import placement_group as ray_pg
-        from ray.util import remove_placement_group
-        from ray.util.placement_group import placement_group_table
-        return cls(ray_pg, placement_group_table, remove_placement_group, ray.nodes)
 
 
 class GangPlacementGroup(AsyncFace):
@@ -249,9 +231,19 @@ class GangPlacementGroup(AsyncFace):
                                "again, else the sidecar's garbage collection finishes it")
             return "done"
         if self._clock() - self._last_beat_s > HEARTBEAT_EVERY_S:
-            if self._attempt("heartbeat", lambda: rsv.heartbeat(time.time())):
+            try:
+                rsv.heartbeat(time.time())
                 self._last_beat_s = self._clock()
-            else:
+            except NotFoundError:  # the state ConfigMap is gone: someone released it (the sidecar's GC?)
+                gone = "the reservation's state ConfigMap was deleted (by the sidecar's garbage collection?)"
+                if rsv.state != ReservationState.READY:  # waiting for nothing: roll back now, not at the deadline
+                    self._attempt("releasing what is left", lambda: self._finish(gone, blocking=False))
+                    return "done"
+                self._progress(f"watchdog: {gone}; the running placement group is left alone, remove() releases "
+                               "what is left")  # a running job is never broken by us; no more beats
+                return "done"
+            except Exception as e:  # noqa: BLE001 - the watchdog must not die; the next step tries again
+                self._progress(f"watchdog: heartbeat failed, retrying: {e}")
                 ok = False
         return "ok" if ok else "retry"
 

@@ -335,3 +335,32 @@ def test_a_reserve_whose_undo_also_fails_raises_the_cause_not_the_undos_error():
     assert any("delete podgroups" in n and "garbage collection" in n for n in err.value.__notes__)
     assert any("undoing the failed reservation also failed" in m for m in said)
     assert [k for k in kube.objects if k[0] == "ConfigMap"] == []  # the rest of the undo still happened
+
+
+def test_a_state_configmap_deleted_under_a_waiting_gang_rolls_it_back_at_once():
+    """The sidecar's GC (or a person) deleted the state ConfigMap while the gang waited: the next heartbeat's
+    404 ends the watch and releases the rest, and wait()/ready() answer at once, not at the deadline."""
+    w = World()
+    w.pg._step()
+    assert w.pg.state == S.RESERVED
+    del w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]
+    w.clock.now_s += api.HEARTBEAT_EVERY_S + 1
+    assert w.pg._step() == "done"
+    assert w.pg.wait(0) is False and w.ray.leaked() == [] and w.released()
+    with pytest.raises(PermanentError, match="state ConfigMap was deleted"):
+        call_bounded(w.pg.ready, 2.0)
+
+
+def test_a_state_configmap_deleted_under_a_running_gang_leaves_the_job_alone_until_remove():
+    w = World()
+    w.bound()
+    w.nodes_joined()
+    w.pg._step()
+    assert w.pg.state == S.READY
+    del w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]
+    w.clock.now_s += api.HEARTBEAT_EVERY_S + 1
+    assert w.pg._step() == "done"  # no more heartbeats to a state object that is gone
+    assert w.ray.removed == [] and not w.released() and w.pg.wait(0) is True  # the running job is not broken
+    assert any("state ConfigMap was deleted" in m and "left alone" in m for m in w.said)
+    w.pg.remove()
+    assert w.ray.leaked() == [] and w.released()
