@@ -184,30 +184,38 @@ def _cleanup(core: Any, ns: str, progress: Callable[[str], None]) -> None:
 def _bulk(tb: Any, bodies: list[dict[str, Any]], create: Callable[[Any, dict[str, Any]], Any], threads: int,
           progress: Callable[[str], None], what: str) -> None:
     """``create(core_v1_api, body)`` for every body, ``threads`` at a time, one API client per thread.
-    Raises the first failure (a name already taken included: every name here is new)."""
+    Raises the first failure (a name already taken included: every name here is new); after one, no further
+    create is sent."""
     from kubernetes import client
 
-    local, clients, lock = threading.local(), [], threading.Lock()
+    local, clients, lock, failed = threading.local(), [], threading.Lock(), threading.Event()
     done = [0]
 
     def one(body: dict[str, Any]) -> None:
+        if failed.is_set():
+            return  # another create failed: send no more
         api = getattr(local, "api", None)
         if api is None:
             local.api = api = client.CoreV1Api(api_client(tb.kubeconfig))
             with lock:
                 clients.append(api.api_client)
-        resp = create(api, body)
+        try:
+            resp = create(api, body)
+        except BaseException:
+            failed.set()
+            raise
         resp.data  # noqa: B018 - read the reply so that its connection is reused
         resp.release_conn()
         with lock:
             done[0] += 1
             if done[0] % 1000 == 0:
                 progress(f"{done[0]}/{len(bodies)} {what} created")
+    ex = ThreadPoolExecutor(threads)
     try:
-        with ThreadPoolExecutor(threads) as ex:
-            for _ in ex.map(one, bodies):
-                pass
-    finally:
+        for _ in ex.map(one, bodies):
+            pass
+    finally:  # on a failure (or Ctrl-C) the creates not yet started are dropped, not sent
+        ex.shutdown(wait=True, cancel_futures=True)
         for c in clients:
             c.close()
 

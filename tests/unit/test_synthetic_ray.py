@@ -6,7 +6,6 @@ import pytest
 
 from raygpu.adapters.kube import pod_view
 from raygpu.testing import manifests as m
-from raygpu.testing.scale import ScaleSpec
 from raygpu.testing.synthetic_ray import ANNOTATION_RAY_IDLE_S, PodsRayView, ray_view_of
 
 NOW_S = 1_000_000.0
@@ -61,9 +60,3 @@ def test_the_provider_reads_the_pods_at_each_call():
     pods.append(pod("b"))
     assert read("ignored", now_s=NOW_S).nodes[1].instance_id == "b"
     assert (read.calls, read.last_nodes) == (2, 2)
-
-
-@pytest.mark.parametrize("kw", [{"nodes": 0}, {"pods": 0}, {"idle_every": 0}, {"nodes": 1, "pods": 101}])
-def test_scale_spec_refuses_impossible_sizes(kw):
-    with pytest.raises(ValueError):
-        ScaleSpec(**kw)
