@@ -47,6 +47,37 @@ def raycluster(name: str, namespace: str, workers: list[dict[str, Any]], *, pool
     }
 
 
+def ray_pod(cluster: str, namespace: str, name: str, *, group: str, node_name: str, owner_uid: str,
+            head: bool = False, cpu: str = "8", memory: str = "64Gi", gpus: int = 0,
+            annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Ray pod as KubeRay's operator builds it for RayCluster ``cluster`` (uid ``owner_uid``), bound to
+    ``node_name``: its labels (``ray.io/cluster``, ``ray.io/group``, ``ray.io/node-type``, ``ray.io/identifier``,
+    ``app.kubernetes.io/*``), its controller ownerReference, the ``ray start`` command in
+    ``KUBERAY_GEN_RAY_START_CMD`` and the Ray env, and the container's requests = limits.
+
+    It lacks ``ray.io/is-ray-node=yes`` on purpose: the testbed's Ray bridge starts a Ray node only for pods
+    with that label, so pods from here run no raylet (Ray's view of them is ``raygpu.testing.synthetic_ray``).
+    """
+    node_type = "head" if head else "worker"
+    res = {"cpu": cpu, "memory": memory, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    start = (f"ray start --head --num-gpus={gpus}" if head else
+             f"ray start --address={cluster}-head-svc.{namespace}.svc.cluster.local:6379 --num-gpus={gpus}")
+    env = [{"name": "KUBERAY_GEN_RAY_START_CMD", "value": start}, {"name": "RAY_CLOUD_INSTANCE_ID", "value": name},
+           {"name": "RAY_NODE_TYPE_NAME", "value": group}, {"name": "RAY_CLUSTER_NAME", "value": cluster}]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {}), "labels": {
+            "ray.io/cluster": cluster, "ray.io/group": group, "ray.io/node-type": node_type,
+            "ray.io/identifier": f"{cluster}-{node_type}", "app.kubernetes.io/name": "kuberay",
+            "app.kubernetes.io/created-by": "kuberay-operator"},
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster, "uid": owner_uid,
+                                 "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"nodeName": node_name, "containers": [{
+            "name": "ray-head" if head else "ray-worker", "image": RAY_IMAGE, "env": env,
+            "resources": {"limits": dict(res), "requests": dict(res)}}]},
+    }
+
+
 def cluster_queue(name: str, quotas: dict[str, str], flavor: str = "default-flavor") -> dict[str, Any]:
     """A Kueue ClusterQueue admitting from every namespace with ``quotas`` (e.g. {"nvidia.com/gpu": "16"})."""
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
