@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 from raygpu.model.shapes import GpuKind
 from raygpu.model.views import (
-    DevicePluginPod,
     K8sNodeView,
     K8sPodView,
     NvmlView,
@@ -36,8 +35,9 @@ from raygpu.plan.doctor.facts import (
     EPS,
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
-    TERMINAL_PHASES,
     KIND_OF,
+    MIG_STRATEGY_LABEL,
+    TERMINAL_PHASES,
     as_float,
     gpu_resources,
     nvml_reason_class,
@@ -57,21 +57,28 @@ class NodeTally:
     ``ray_gpus`` (their live Ray nodes' ``GPU``), ``nvml_units`` (None when no
     available NVML view), ``nvml_unavailable``, ``nvml_devices`` (most devices
     one available view sees), ``integer_model_gpus`` and ``leftovers`` (Ray
-    node, GPU left over by its fractional tasks).
+    node, GPU left over by its fractional tasks). ``product``: the GFD product
+    label; ``mig_single``: MIG strategy label ``single``; ``allocatable_cpu``
+    / ``allocatable_memory``: the node's (0.0 when absent).
     """
 
     __slots__ = (
-        "node", "capacity_gpus", "allocatable_gpus", "capacity_units", "allocatable_units",
-        "used_cpu", "used_memory", "used_gpus", "pod_gpus", "ray_gpus", "nvml_units",
+        "node", "capacity_gpus", "allocatable_gpus", "capacity_units", "allocatable_units", "allocatable_cpu",
+        "allocatable_memory", "product", "mig_single", "used_cpu", "used_memory", "used_gpus", "pod_gpus", "ray_gpus", "nvml_units",
         "nvml_unavailable", "nvml_devices", "integer_model_gpus", "leftovers",
     )
 
     def __init__(self, node: K8sNodeView) -> None:
         self.node = node
+        labels = node.labels
+        self.product = labels.get(GPU_PRODUCT_LABEL)
+        self.mig_single = labels.get(MIG_STRATEGY_LABEL) == "single"
         self.capacity_gpus = cap = gpu_resources(node.capacity)
         # the usual node advertises its capacity as allocatable: one map then serves both (neither is changed)
         self.allocatable_gpus = alloc = cap if node.allocatable == node.capacity else gpu_resources(node.allocatable)
         self.capacity_units = float(sum(cap.values()))
+        self.allocatable_cpu = node.allocatable.get("cpu", 0.0)
+        self.allocatable_memory = node.allocatable.get("memory", 0.0)
         self.allocatable_units = float(sum(alloc.values()))
         self.used_cpu = self.used_memory = self.pod_gpus = self.ray_gpus = self.integer_model_gpus = 0.0
         self.used_gpus: dict[str, float] = {}
@@ -90,9 +97,11 @@ class SnapshotIndex:
     tallies: dict[str, NodeTally] = field(default_factory=dict)  # by node name, snapshot order
     ray_pods: list[K8sPodView] = field(default_factory=list)  # Ray pods in scope, any phase
     ray_pod_by_name: dict[str, K8sPodView] = field(default_factory=dict)
+    # the first non-head Ray pod of each (ray_cluster, ray_group), in order of first sight (any phase)
+    first_worker_of_group: dict[tuple[str | None, str | None], K8sPodView] = field(default_factory=dict)
     live_ray_by_instance: dict[str, RayNodeView] = field(default_factory=dict)
     live_ray_nodes: list[RayNodeView] = field(default_factory=list)
-    device_plugin_on_node: dict[str, list[DevicePluginPod]] = field(default_factory=dict)
+    device_plugin_ready_on: dict[str, bool] = field(default_factory=dict)  # node name -> some plugin pod ready
     slices_on_node: dict[str, list[ResourceSliceView]] = field(default_factory=dict)
     nvml_by_pod: dict[str, NvmlView] = field(default_factory=dict)  # by pod name (the live Ray node's instance id)
     nvml_units_by_pod: dict[str, int] = field(default_factory=dict)  # NvmlView.gpu_units of available views
@@ -100,12 +109,17 @@ class SnapshotIndex:
     # by id(pod): the GPU units of every Ray pod in scope (sum of pod_gpu_map); pods whose GPUs are slices or shares
     gpu_units_by_pod: dict[int, float] = field(default_factory=dict, repr=False)
     sliced_pods: set[int] = field(default_factory=set, repr=False)
-    # where the checks start, in snapshot order:
-    paired: list[K8sPodView] = field(default_factory=list)  # live Ray pods with a live Ray node
+    # where the checks start, in snapshot order. A *suspect* list holds every object the check could find
+    # something about (a superset: the check decides), so that no check walks all pods or Ray nodes again.
+    count_suspects: list[K8sPodView] = field(default_factory=list)  # live Ray pod, live Ray node: GPU count or shape
+    container_suspects: list[K8sPodView] = field(default_factory=list)  # Running, bound; NVML down or != units
+    ghost_suspects: list[RayNodeView] = field(default_factory=list)  # live Ray nodes perhaps without a live pod
     running_unpaired: list[K8sPodView] = field(default_factory=list)  # Running, not deleting Ray pod, no live Ray node
-    with_nvml: list[K8sPodView] = field(default_factory=list)  # Running, bound Ray pods with an NVML view
     pending_gpu_pods: list[K8sPodView] = field(default_factory=list)  # Pending, unbound, not deleting, any GPU
     pending_gpu_ray_pods: list[K8sPodView] = field(default_factory=list)  # the Ray pods of pending_gpu_pods
+    gpuless_nodes: list[K8sNodeView] = field(default_factory=list)  # no GPU units in capacity
+    zero_allocatable_nodes: list[K8sNodeView] = field(default_factory=list)  # a GPU resource not > 0 in allocatable
+    mig_labelled_nodes: list[K8sNodeView] = field(default_factory=list)  # with a MIG strategy label
     driver_broken_on_node: dict[str, list[tuple[K8sPodView, NvmlView]]] = field(default_factory=dict)  # any node name
     _gpu_maps: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)  # pod_gpus, as asked
     _sorted_names: list[str] | None = field(default=None, repr=False)
@@ -119,10 +133,23 @@ class SnapshotIndex:
         tallies = ix.tallies
         for node in k8s.nodes:
             ix.nodes[node.name] = node
-            tallies[node.name] = NodeTally(node)
-        ix._index_pods(k8s.pods, _cluster_scope(snapshot, ix.live_ray_by_instance))
+            tally = tallies[node.name] = NodeTally(node)
+            if not tally.capacity_units > 0:
+                ix.gpuless_nodes.append(node)
+            alloc = node.allocatable
+            for resource in tally.capacity_gpus:
+                if not alloc.get(resource, 0.0) > 0:
+                    ix.zero_allocatable_nodes.append(node)
+                    break
+            if MIG_STRATEGY_LABEL in node.labels:
+                ix.mig_labelled_nodes.append(node)
+        paired_names = ix._index_pods(k8s.pods, _cluster_scope(snapshot, ix.live_ray_by_instance))
+        # every live Ray node with an instance id has a live pod of that name when each name was paired
+        if len(paired_names) != len(ix.live_ray_by_instance):
+            ix.ghost_suspects = ix.live_ray_nodes
+        ready = ix.device_plugin_ready_on
         for dp in k8s.device_plugin_pods:
-            ix.device_plugin_on_node.setdefault(dp.node_name, []).append(dp)
+            ready[dp.node_name] = dp.ready or ready.get(dp.node_name, False)
         for rs in k8s.resource_slices or ():
             if rs.node_name:
                 ix.slices_on_node.setdefault(rs.node_name, []).append(rs)
@@ -135,7 +162,9 @@ class SnapshotIndex:
                 continue
             self.live_ray_nodes.append(rn)
             instance = rn.instance_id
-            if instance:
+            if not instance:
+                self.ghost_suspects.append(rn)
+            else:
                 live[instance] = rn
                 view = nvml.get(rn.node_id)
                 if view is not None:
@@ -145,10 +174,13 @@ class SnapshotIndex:
                         if mig:
                             self.nvml_mig_pods.add(instance)
 
-    def _index_pods(self, pods: tuple[K8sPodView, ...], scope: frozenset[str] | None) -> None:
+    def _index_pods(self, pods: tuple[K8sPodView, ...], scope: frozenset[str] | None) -> set[str]:
+        """Fill the tallies and the check lists; return the names of the live Ray pods with a live Ray node."""
         units, tallies = self.gpu_units_by_pod, self.tallies
         live_ray, views, nvml_units = self.live_ray_by_instance, self.nvml_by_pod, self.nvml_units_by_pod
-        by_name, ray_pods, paired = self.ray_pod_by_name, self.ray_pods, self.paired
+        by_name, ray_pods, nvml_mig = self.ray_pod_by_name, self.ray_pods, self.nvml_mig_pods
+        paired: set[str] = set()
+        first_worker = self.first_worker_of_group
         for pod in pods:
             # the pod's GPU map (pod_gpu_map, inlined: the usual pod has requests == limits); not kept
             req, lim = pod.requests, pod.limits
@@ -183,19 +215,30 @@ class SnapshotIndex:
             elif scope is not None and cluster not in scope:
                 continue
             ray_pods.append(pod)
+            if pod.ray_node_type != "head":  # not pod.is_head
+                group = (cluster, pod.ray_group)
+                if group not in first_worker:
+                    first_worker[group] = pod
             name = pod.name
             if live or name not in by_name:  # a live pod wins over a terminated one of the same name
                 by_name[name] = pod
             given = units[id(pod)] = sum(gpus.values())
+            sliced = False
             for resource in gpus:
                 if KIND_OF[resource] is not GpuKind.WHOLE:  # every key of a GPU map has its kind there
+                    sliced = True
                     self.sliced_pods.add(id(pod))
                     break
             if not live:
                 continue
             rn = live_ray.get(name)
             if rn is not None:
-                paired.append(pod)
+                paired.add(name)
+                total = rn.total.get("GPU", 0.0)  # rn.gpu_total
+                # Ray's count differs from the pod's, or the pod's GPUs may be slices Ray counts as whole
+                if not abs(total - given) <= EPS or (total > 0 and (
+                        sliced or name in nvml_mig or (tally is not None and tally.mig_single))):
+                    self.count_suspects.append(pod)
             elif phase == "Running" and not pod.deleting:
                 self.running_unpaired.append(pod)
             if not node_name:
@@ -204,15 +247,14 @@ class SnapshotIndex:
                 continue
             view = views.get(name)
             if view is not None:
-                if phase == "Running":
-                    self.with_nvml.append(pod)
+                if phase == "Running" and not (view.available and abs(nvml_units[name] - given) < EPS):
+                    self.container_suspects.append(pod)
                 if not view.available and nvml_reason_class(view) == "driver":
                     self.driver_broken_on_node.setdefault(node_name, []).append((pod, view))
             if tally is None:
                 continue
             tally.pod_gpus += given
             if rn is not None:
-                total = rn.total.get("GPU", 0.0)  # rn.gpu_total
                 tally.ray_gpus += total
                 free = rn.available.get("GPU", 0.0)  # rn.gpu_available
                 if total - free > EPS:
@@ -229,6 +271,7 @@ class SnapshotIndex:
                         tally.nvml_devices = len(view.devices)
                 else:
                     tally.nvml_unavailable = True
+        return paired
 
     # ----------------------------------------------------------- pod facts
     def pod_gpus(self, pod: K8sPodView) -> dict[str, float]:
@@ -269,7 +312,7 @@ class SnapshotIndex:
     def is_gpu_node(self, node: K8sNodeView) -> bool:
         """A node that has, or should have, GPUs: GPU capacity, GFD labels, DRA slices or NVML devices."""
         tally = self.tallies[node.name]
-        if tally.capacity_units > 0 or GPU_PRODUCT_LABEL in node.labels:
+        if tally.capacity_units > 0 or tally.product is not None:
             return True
         if as_float(node.labels.get(GPU_COUNT_LABEL)) > 0:
             return True
@@ -279,10 +322,7 @@ class SnapshotIndex:
 
     def device_plugin_ready(self, node_name: str) -> bool | None:
         """True: a ready plugin pod runs there; False: one runs, none ready; None: none at all."""
-        pods = self.device_plugin_on_node.get(node_name)
-        if not pods:
-            return None
-        return any(p.ready for p in pods)
+        return self.device_plugin_ready_on.get(node_name)
 
     def driver_broken_on(self, node_name: str) -> NvmlView | None:
         """An NVML view on this node whose failure blames the host driver, if any."""

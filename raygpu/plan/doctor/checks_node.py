@@ -69,7 +69,7 @@ def check_container(ix: SnapshotIndex) -> list[Finding]:
     """NVML inside a Ray pod sees a different number of GPU units than the pod was given."""
     out: list[Finding] = []
     views, nvml_units, units = ix.nvml_by_pod, ix.nvml_units_by_pod, ix.gpu_units_by_pod
-    for pod in ix.with_nvml:  # Running, bound Ray pods with an NVML view
+    for pod in ix.container_suspects:  # Running, bound Ray pods whose NVML view is down or disagrees
         view = views[pod.name]
         given = units[id(pod)]
         if view.available and abs(nvml_units[pod.name] - given) < EPS:
@@ -134,7 +134,7 @@ def _device_plugin_fact(ready: bool | None, node_name: str) -> str:
 def check_capacity(ix: SnapshotIndex) -> list[Finding]:
     """A GPU node (labels, NVML) whose capacity has no GPU resource at all, and no DRA slice for it."""
     out: list[Finding] = []
-    for node in ix.snapshot.k8s.nodes:
+    for node in ix.gpuless_nodes:  # no GPU units in capacity
         if ix.gpu_capacity(node) > 0 or not ix.is_gpu_node(node):
             continue
         if any(rs.device_count > 0 for rs in ix.slices_on_node.get(node.name, ())):
@@ -179,7 +179,7 @@ def check_capacity(ix: SnapshotIndex) -> list[Finding]:
 def check_allocatable(ix: SnapshotIndex) -> list[Finding]:
     """GPU capacity > 0 but allocatable 0, per GPU resource: the devices are registered but unhealthy or stale."""
     out: list[Finding] = []
-    for node in ix.snapshot.k8s.nodes:
+    for node in ix.zero_allocatable_nodes:  # some GPU resource of the capacity is not > 0 in allocatable
         caps, alloc = ix.node_gpus(node, capacity=True), node.allocatable
         for resource, cap in sorted(caps.items()) if len(caps) > 1 else caps.items():
             if alloc.get(resource, 0.0) > 0:
@@ -218,7 +218,7 @@ def check_allocatable(ix: SnapshotIndex) -> list[Finding]:
 def check_mig_strategy(ix: SnapshotIndex) -> list[Finding]:
     """A node whose advertised resources contradict its MIG strategy label."""
     out: list[Finding] = []
-    for node in ix.snapshot.k8s.nodes:
+    for node in ix.mig_labelled_nodes:
         strategy = node.labels.get(MIG_STRATEGY_LABEL)
         if strategy is None:
             continue

@@ -71,7 +71,7 @@ def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> 
                 ),
             )
         )
-    for rn in ix.live_ray_nodes:
+    for rn in ix.ghost_suspects:  # live Ray nodes that may lack a live pod (all of them, unless every one pairs)
         pod = ix.ray_pod_by_name.get(rn.instance_id or "")
         if pod is not None and pod.phase not in TERMINAL_PHASES:
             continue  # paired (a deleting pod is a transient, not a ghost)
@@ -102,13 +102,9 @@ def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> 
 def check_gpu_count(ix: SnapshotIndex) -> list[Finding]:
     """Phantom GPUs (Ray > pod), stranded GPUs (pod > Ray), slices or shares counted as whole GPUs."""
     out: list[Finding] = []
-    units, live = ix.gpu_units_by_pod, ix.live_ray_by_instance
-    for pod in ix.paired:  # live Ray pods with a live Ray node
-        rn = live[pod.name]
-        ray = rn.total.get("GPU", 0.0)  # rn.gpu_total
-        if abs(ray - units[id(pod)]) <= EPS and (ray <= 0 or _slice_counted_whole(ix, pod, rn) is None):
-            continue  # the common, healthy case (what _count_findings would find: nothing), decided inline
-        out.extend(_count_findings(ix, pod, rn))
+    live = ix.live_ray_by_instance
+    for pod in ix.count_suspects:  # paired pods whose counts differ or whose GPUs may be slices
+        out.extend(_count_findings(ix, pod, live[pod.name]))
     return out
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from raygpu.model.findings import NodeStranded, StrandedReport
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.shapes import WHOLE_GPU
-from raygpu.model.views import K8sPodView, PgState, Snapshot
+from raygpu.model.views import PgState, Snapshot
 from raygpu.plan.doctor.checks_index import NodeTally, SnapshotIndex
 from raygpu.plan.doctor.facts import EPS, fmt, gpu_resources
 
@@ -60,13 +60,9 @@ def _template_shapes(templates: Iterable[GroupTemplate]) -> list[_Shape]:
 
 def _pod_shapes(ix: SnapshotIndex) -> list[_Shape]:
     """One shape per Ray worker group, from its first pod in the snapshot."""
-    first: dict[tuple[str | None, str | None], K8sPodView] = {}
-    for pod in ix.ray_pods:  # the first pod of each (cluster, group), without building a key string per pod
-        group = (pod.ray_cluster, pod.ray_group)
-        if group not in first and not pod.is_head:
-            first[group] = pod
     by_group: dict[str, _Shape] = {}
-    for (cluster, group), pod in first.items():  # first-seen order, as when keyed by the string
+    # first pod per (cluster, group) from the index, then per key string: the first pod per key string
+    for (cluster, group), pod in ix.first_worker_of_group.items():
         key = f"{cluster}/{group}"
         if key not in by_group:
             req = {**pod.limits, **pod.requests}
@@ -112,7 +108,7 @@ def stranded_gpus(
     for name in ix.sorted_node_names():
         tally = tallies[name]
         if tally.allocatable_gpus:
-            rows.append(_node_row(tally, shapes, smallest))
+            rows.append(_node_row(name, tally, shapes, smallest))
     return StrandedReport(
         nodes=tuple(rows),
         smallest_pending_gpus=smallest,
@@ -124,11 +120,11 @@ def stranded_gpus(
     )
 
 
-def _node_row(tally: NodeTally, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded:
-    """The stranded arithmetic of one node with allocatable GPUs, from what the index added up there."""
-    node, alloc, used_gpu = tally.node, tally.allocatable_gpus, tally.used_gpus
-    free_cpu = node.allocatable.get("cpu", 0.0) - tally.used_cpu
-    free_mem = node.allocatable.get("memory", 0.0) - tally.used_memory
+def _node_row(name: str, tally: NodeTally, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded:
+    """The stranded arithmetic of node ``name`` (with allocatable GPUs), from what the index added up there."""
+    alloc, used_gpu = tally.allocatable_gpus, tally.used_gpus
+    free_cpu = tally.allocatable_cpu - tally.used_cpu
+    free_mem = tally.allocatable_memory - tally.used_memory
     free_total = cpu_mem = frag = 0.0
     reasons: list[str] = []
     for resource, count in sorted(alloc.items()) if len(alloc) > 1 else alloc.items():
@@ -156,7 +152,7 @@ def _node_row(tally: NodeTally, shapes: list[_Shape], smallest: dict[str, float]
     for rn, rest in tally.leftovers:
         reasons.append(f"Ray node {rn.node_id}: {fmt(round(rest, 6))} GPU left over by fractional tasks")
     return NodeStranded(
-        node=node.name,
+        node=name,
         allocatable_gpus=tally.allocatable_units,
         requested_gpus=sum([used_gpu.get(r, 0.0) for r in alloc]),
         free_gpus=free_total,
