@@ -2,13 +2,15 @@
 
 Steps of a cycle:
 
-1. index the snapshot (Ray node <-> pod by instance id, pod -> node, NVML by Ray node);
+1. index the snapshot in one pass per view (``SnapshotIndex``: Ray node <-> pod by instance id,
+   pod -> node, NVML by Ray node; per node a tally of what its pods add up to; per check the
+   list of objects it could find something about), so that no later step walks the pods again;
 2. run the checks bottom-up, in the order that isolates a fault fastest:
    kernel driver -> container toolkit -> device plugin -> kubelet (allocatable,
    taints) -> Ray (membership, num-gpus). A view that could not be read skips
    the checks that need it;
 3. sort findings by (layer, severity, kind, subject);
-4. do the stranded-GPU arithmetic and build one row per GPU node.
+4. do the stranded-GPU arithmetic and build one row per GPU node, from the node tallies.
 
 No I/O, no clock: ``now_s`` is an argument (it ages pods for the orphan grace).
 """

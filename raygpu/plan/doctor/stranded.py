@@ -107,8 +107,20 @@ def stranded_gpus(
     rows = []
     for name in ix.sorted_node_names():
         tally = tallies[name]
-        if tally.allocatable_gpus:
-            rows.append(_node_row(name, tally, shapes, smallest))
+        alloc = tally.allocatable_gpus
+        if not alloc:
+            continue
+        if len(alloc) == 1 and not tally.leftovers:
+            ((resource, count),) = alloc.items()
+            used = tally.used_gpus.get(resource, 0.0)
+            if not count - used > 0:  # the usual busy node: no GPU free, nothing stranded (_node_row's numbers)
+                rows.append(NodeStranded(
+                    node=name, allocatable_gpus=tally.allocatable_units, requested_gpus=0.0 + used, free_gpus=0.0,
+                    integer_model_gpus=round(tally.integer_model_gpus, 6), free_cpu=tally.allocatable_cpu - tally.used_cpu,
+                    free_memory_bytes=tally.allocatable_memory - tally.used_memory,
+                ))
+                continue
+        rows.append(_node_row(name, tally, shapes, smallest))
     return StrandedReport(
         nodes=tuple(rows),
         smallest_pending_gpus=smallest,
