@@ -13,13 +13,12 @@ from collections import defaultdict
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, Severity
 from raygpu.model.shapes import GpuKind
 from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
-from raygpu.plan.doctor.checks_index import (
+from raygpu.plan.doctor.checks_index import SnapshotIndex
+from raygpu.plan.doctor.facts import (
     EPS,
     GPU_PRODUCT_LABEL,
     MIG_STRATEGY_LABEL,
-    SnapshotIndex,
     fmt,
-    gpu_resources,
     is_blocking_taint_effect,
     nvml_reason_class,
     shape_of,
@@ -32,15 +31,10 @@ _MAX_FACTS = 5
 def check_driver(ix: SnapshotIndex) -> list[Finding]:
     """NVML cannot start because of the host driver, on a GPU node or in a GPU pod. One finding per node."""
     out: list[Finding] = []
-    for node_name in sorted(ix.ray_pods_on_node):
+    for node_name in sorted(ix.driver_broken_on_node):  # live Ray pods whose NVML blames the driver, by node
         node = ix.nodes.get(node_name)
-        broken = []
-        for pod in ix.ray_pods_on_node[node_name]:
-            view = ix.nvml_by_pod.get(pod.name)
-            if view is None or view.available or nvml_reason_class(view) != "driver":
-                continue
-            if ix.pod_gpu_units(pod) > 0 or (node is not None and ix.is_gpu_node(node)):
-                broken.append((pod, view))
+        gpu_node = node is not None and ix.is_gpu_node(node)
+        broken = [(p, v) for p, v in ix.driver_broken_on_node[node_name] if gpu_node or ix.pod_gpu_units(p) > 0]
         if not broken:
             continue
         pod, view = broken[0]
@@ -75,12 +69,8 @@ def check_container(ix: SnapshotIndex) -> list[Finding]:
     """NVML inside a Ray pod sees a different number of GPU units than the pod was given."""
     out: list[Finding] = []
     views, nvml_units, units = ix.nvml_by_pod, ix.nvml_units_by_pod, ix.gpu_units_by_pod
-    for pod in ix.ray_pods:
-        if pod.phase != "Running" or not pod.node_name:
-            continue
-        view = views.get(pod.name)
-        if view is None:
-            continue
+    for pod in ix.container_suspects:  # Running, bound Ray pods whose NVML view is down or disagrees
+        view = views[pod.name]
         given = units[id(pod)]
         if view.available and abs(nvml_units[pod.name] - given) < EPS:
             continue  # the common, healthy case: NVML sees what the pod was given
@@ -144,7 +134,7 @@ def _device_plugin_fact(ready: bool | None, node_name: str) -> str:
 def check_capacity(ix: SnapshotIndex) -> list[Finding]:
     """A GPU node (labels, NVML) whose capacity has no GPU resource at all, and no DRA slice for it."""
     out: list[Finding] = []
-    for node in ix.snapshot.k8s.nodes:
+    for node in ix.gpuless_nodes:  # no GPU units in capacity
         if ix.gpu_capacity(node) > 0 or not ix.is_gpu_node(node):
             continue
         if any(rs.device_count > 0 for rs in ix.slices_on_node.get(node.name, ())):
@@ -189,9 +179,10 @@ def check_capacity(ix: SnapshotIndex) -> list[Finding]:
 def check_allocatable(ix: SnapshotIndex) -> list[Finding]:
     """GPU capacity > 0 but allocatable 0, per GPU resource: the devices are registered but unhealthy or stale."""
     out: list[Finding] = []
-    for node in ix.snapshot.k8s.nodes:
-        for resource, cap in sorted(ix.node_gpus(node, capacity=True).items()):
-            if node.allocatable.get(resource, 0.0) > 0:
+    for node in ix.zero_allocatable_nodes:  # some GPU resource of the capacity is not > 0 in allocatable
+        caps, alloc = ix.node_gpus(node, capacity=True), node.allocatable
+        for resource, cap in sorted(caps.items()) if len(caps) > 1 else caps.items():
+            if alloc.get(resource, 0.0) > 0:
                 continue
             ready = ix.device_plugin_ready(node.name)
             facts = (_device_plugin_fact(ready, node.name), f"node Ready={node.ready}")
@@ -227,7 +218,7 @@ def check_allocatable(ix: SnapshotIndex) -> list[Finding]:
 def check_mig_strategy(ix: SnapshotIndex) -> list[Finding]:
     """A node whose advertised resources contradict its MIG strategy label."""
     out: list[Finding] = []
-    for node in ix.snapshot.k8s.nodes:
+    for node in ix.mig_labelled_nodes:
         strategy = node.labels.get(MIG_STRATEGY_LABEL)
         if strategy is None:
             continue
@@ -271,6 +262,8 @@ def check_mig_strategy(ix: SnapshotIndex) -> list[Finding]:
 
 # --------------------------------------------------------------------- kubelet
 def _untolerated(node: K8sNodeView, tolerations: tuple[Toleration, ...]) -> list[Taint]:
+    if not node.taints and not node.unschedulable:
+        return []  # the usual node: nothing to tolerate
     taints = list(node.taints)
     if node.unschedulable and not any(t.key == "node.kubernetes.io/unschedulable" for t in taints):
         taints.append(Taint(key="node.kubernetes.io/unschedulable", effect="NoSchedule"))
@@ -283,22 +276,38 @@ def _selector(pod: K8sPodView) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
 
 
+def _nodes_with(ix: SnapshotIndex, wanted: set[str], selector: dict[str, str]) -> list[K8sNodeView]:
+    """The snapshot's nodes with capacity of some ``wanted`` GPU resource whose labels match ``selector``."""
+    nodes = ix.snapshot.k8s.nodes
+    if len(wanted) == 1:
+        (resource,) = wanted
+        out = [n for n in nodes if n.capacity.get(resource, 0.0) > 0]
+    else:
+        out = [n for n in nodes if any(n.capacity.get(r, 0.0) > 0 for r in wanted)]
+    if selector:
+        out = [n for n in out if all(n.labels.get(k) == v for k, v in selector.items())]
+    return out
+
+
 def check_taints(ix: SnapshotIndex) -> list[Finding]:
     """Pending GPU pods of a Ray group, and every node with that GPU resource taints them away."""
     pending: dict[tuple[str, str], list[K8sPodView]] = defaultdict(list)
-    for pod in ix.ray_pods:
-        if pod.phase == "Pending" and not pod.node_name and not pod.deleting and ix.pod_gpus(pod):
-            pending[(pod.ray_cluster or "-", pod.ray_group or pod.ray_node_type or "-")].append(pod)
+    for pod in ix.pending_gpu_ray_pods:  # Pending, unbound, not deleting, with GPUs
+        pending[(pod.ray_cluster or "-", pod.ray_group or pod.ray_node_type or "-")].append(pod)
     out: list[Finding] = []
     for (cluster, group), pods in sorted(pending.items()):
         pod = pods[0]  # pods of a group share the template's tolerations
         wanted = set(ix.pod_gpus(pod))
-        gpu_nodes = [n for n in ix.snapshot.k8s.nodes if any(n.capacity.get(r, 0.0) > 0 for r in wanted)
-                     and all(n.labels.get(k) == v for k, v in pod.node_selector.items())]
+        gpu_nodes = _nodes_with(ix, wanted, pod.node_selector)
         if not gpu_nodes:
             continue  # no node has the resource (or matches the selector): a capacity problem, not a taint one
-        blocked = [(n, _untolerated(n, pod.tolerations)) for n in gpu_nodes]
-        if not all(taints for _, taints in blocked):
+        blocked = []
+        for n in gpu_nodes:
+            taints = _untolerated(n, pod.tolerations)
+            if not taints:
+                break  # one node takes the group: no finding (the rest need not be looked at)
+            blocked.append((n, taints))
+        if len(blocked) < len(gpu_nodes):
             continue
         facts = [
             f"{n.name}: " + ", ".join(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in taints)

@@ -13,19 +13,16 @@ import re
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, Severity
 from raygpu.model.shapes import GpuKind, ray_gpu_count_from_limits
 from raygpu.model.views import K8sPodView, RayNodeView
-from raygpu.plan.doctor.checks_index import (
+from raygpu.plan.doctor.checks_index import SnapshotIndex
+from raygpu.plan.doctor.facts import (
     EPS,
     GPU_PRODUCT_LABEL,
     MIG_STRATEGY_LABEL,
     TERMINAL_PHASES,
-    SnapshotIndex,
     fmt,
-    has_slices,
-    mig_on,
     pod_gpu_kinds,
     shape_of,
 )
-
 
 def _kubelet(ix: SnapshotIndex, node_name: str | None) -> tuple[float | None, float | None]:
     node = ix.nodes.get(node_name or "")
@@ -44,9 +41,7 @@ def _group(pod: K8sPodView) -> str:
 def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> list[Finding]:
     """Orphan pods (Running, no live Ray node) and ghost Ray nodes (live, no pod)."""
     out: list[Finding] = []
-    for pod in ix.ray_pods:
-        if pod.phase != "Running" or pod.deleting or pod.name in ix.live_ray_by_instance:
-            continue
+    for pod in ix.running_unpaired:  # Running, not deleting Ray pods with no live Ray node
         age_s = now_s - pod.created_at_s
         if age_s < orphan_grace_s:
             continue  # the raylet may still be starting
@@ -76,7 +71,7 @@ def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> 
                 ),
             )
         )
-    for rn in ix.live_ray_nodes:
+    for rn in ix.ghost_suspects:  # live Ray nodes that may lack a live pod (all of them, unless every one pairs)
         pod = ix.ray_pod_by_name.get(rn.instance_id or "")
         if pod is not None and pod.phase not in TERMINAL_PHASES:
             continue  # paired (a deleting pod is a transient, not a ghost)
@@ -107,15 +102,9 @@ def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> 
 def check_gpu_count(ix: SnapshotIndex) -> list[Finding]:
     """Phantom GPUs (Ray > pod), stranded GPUs (pod > Ray), slices or shares counted as whole GPUs."""
     out: list[Finding] = []
-    live, units = ix.live_ray_by_instance, ix.gpu_units_by_pod
-    for pod in ix.ray_pods:
-        rn = live.get(pod.name)
-        if rn is None or pod.phase in TERMINAL_PHASES:
-            continue
-        ray = rn.total.get("GPU", 0.0)  # rn.gpu_total
-        if abs(ray - units[id(pod)]) <= EPS and (ray <= 0 or _slice_counted_whole(ix, pod, rn, ix.pod_gpus(pod)) is None):
-            continue  # the common, healthy case (what _count_findings would find: nothing), decided inline
-        out.extend(_count_findings(ix, pod, rn))
+    live = ix.live_ray_by_instance
+    for pod in ix.count_suspects:  # paired pods whose counts differ or whose GPUs may be slices
+        out.extend(_count_findings(ix, pod, live[pod.name]))
     return out
 
 
@@ -123,7 +112,7 @@ def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list
     gpu_map = ix.pod_gpus(pod)
     given = ix.pod_gpu_units(pod)  # sum(gpu_map.values()), once per pod
     ray = rn.gpu_total
-    slice_why = _slice_counted_whole(ix, pod, rn, gpu_map) if ray > 0 else None
+    slice_why = _slice_counted_whole(ix, pod, rn) if ray > 0 else None
     if abs(ray - given) <= EPS and slice_why is None:
         return []  # the common, healthy case: build nothing
     alloc, cap = _kubelet(ix, pod.node_name)
@@ -192,15 +181,15 @@ def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list
     return out
 
 
-def _slice_counted_whole(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView, gpu_map: dict[str, float]) -> str | None:
-    """Why each of this pod's GPUs is a slice or share, or None if they are whole or Ray already says so."""
+def _slice_counted_whole(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> str | None:
+    """Why each of this Ray pod's GPUs is a slice or share, or None if they are whole or Ray already says so."""
     why = None
     node = ix.nodes.get(pod.node_name or "")
-    view = ix.nvml_by_pod.get(pod.name)
-    if not has_slices(gpu_map) and (node is None or node.labels.get(MIG_STRATEGY_LABEL) != "single") \
-            and (view is None or not view.available or not mig_on(view)):
+    if id(pod) not in ix.sliced_pods and (node is None or node.labels.get(MIG_STRATEGY_LABEL) != "single") \
+            and pod.name not in ix.nvml_mig_pods:
         return None  # the common case, decided without building anything
-    shapes = [s for k in gpu_map if (s := shape_of(k))]
+    view = ix.nvml_by_pod.get(pod.name)
+    shapes = [s for k in ix.pod_gpus(pod) if (s := shape_of(k))]
     if any(s.kind is GpuKind.MIG for s in shapes):
         why = "a MIG slice (" + ", ".join(s.label for s in shapes if s.kind is GpuKind.MIG) + ")"
     elif any(s.kind is GpuKind.SHARE for s in shapes):

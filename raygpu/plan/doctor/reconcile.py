@@ -2,13 +2,15 @@
 
 Steps of a cycle:
 
-1. index the snapshot (Ray node <-> pod by instance id, pod -> node, NVML by Ray node);
+1. index the snapshot in one pass per view (``SnapshotIndex``: Ray node <-> pod by instance id,
+   pod -> node, NVML by Ray node; per node a tally of what its pods add up to; per check the
+   list of objects it could find something about), so that no later step walks the pods again;
 2. run the checks bottom-up, in the order that isolates a fault fastest:
    kernel driver -> container toolkit -> device plugin -> kubelet (allocatable,
    taints) -> Ray (membership, num-gpus). A view that could not be read skips
    the checks that need it;
 3. sort findings by (layer, severity, kind, subject);
-4. do the stranded-GPU arithmetic and build one row per GPU node.
+4. do the stranded-GPU arithmetic and build one row per GPU node, from the node tallies.
 
 No I/O, no clock: ``now_s`` is an argument (it ages pods for the orphan grace).
 """
@@ -22,7 +24,8 @@ from raygpu.model.findings import DoctorReport, Finding, Layer, NodeRow
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.views import Snapshot
 from raygpu.plan.doctor import checks_node, checks_ray
-from raygpu.plan.doctor.checks_index import GPU_PRODUCT_LABEL, SnapshotIndex
+from raygpu.plan.doctor.checks_index import SnapshotIndex
+from raygpu.plan.doctor.facts import GPU_PRODUCT_LABEL
 from raygpu.plan.doctor.stranded import stranded_gpus
 
 DEFAULT_ORPHAN_GRACE_S = 120.0
@@ -111,40 +114,31 @@ def reconcile(
 
 
 def node_rows(ix: SnapshotIndex, findings: Iterable[Finding] = ()) -> tuple[NodeRow, ...]:
-    """One row per GPU node, sorted by name: Ray, pod, kubelet and NVML counts side by side."""
+    """One row per GPU node, sorted by name: Ray, pod, kubelet and NVML counts side by side.
+
+    The counts are the ones the index added up per node (``NodeTally``) in its one pass over the pods.
+    """
     per_node: dict[str, int] = {}
     for f in findings:
         if f.node:
             per_node[f.node] = per_node.get(f.node, 0) + 1
     rows = []
-    pod_units, live, nvml_units = ix.gpu_units_by_pod, ix.live_ray_by_instance, ix.nvml_units_by_pod
-    for name in sorted(ix.nodes):
-        node = ix.nodes[name]
+    tallies = ix.tallies
+    for name in ix.sorted_node_names():
+        tally = tallies[name]
+        node = tally.node
         if not ix.is_gpu_node(node):
             continue
-        ray = pods = 0.0
-        nvml: int | None = None
-        nvml_down = False
-        for pod in ix.ray_pods_on_node.get(name, []):
-            pods += pod_units[id(pod)]  # every pod of the snapshot has its units in the index
-            rn = live.get(pod.name)
-            if rn is not None:
-                ray += rn.total.get("GPU", 0.0)  # rn.gpu_total
-            units = nvml_units.get(pod.name)
-            if units is not None:
-                nvml = (nvml or 0) + units
-            elif pod.name in ix.nvml_by_pod:
-                nvml_down = True
         rows.append(
             NodeRow(
                 node=name,
                 product=node.labels.get(GPU_PRODUCT_LABEL),
-                ray_gpus=ray,
-                pod_gpus=pods,
-                kubelet_capacity=ix.gpu_capacity(node),
-                kubelet_allocatable=ix.gpu_allocatable(node),
-                nvml_gpus=nvml,
-                nvml_unavailable=nvml_down,
+                ray_gpus=tally.ray_gpus,
+                pod_gpus=tally.pod_gpus,
+                kubelet_capacity=tally.capacity_units,
+                kubelet_allocatable=tally.allocatable_units,
+                nvml_gpus=tally.nvml_units,
+                nvml_unavailable=tally.nvml_unavailable,
                 findings=per_node.get(name, 0),
             )
         )

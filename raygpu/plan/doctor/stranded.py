@@ -33,7 +33,8 @@ from raygpu.model.findings import NodeStranded, StrandedReport
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.shapes import WHOLE_GPU
 from raygpu.model.views import PgState, Snapshot
-from raygpu.plan.doctor.checks_index import EPS, TERMINAL_PHASES, SnapshotIndex, fmt, gpu_resources
+from raygpu.plan.doctor.checks_index import NodeTally, SnapshotIndex
+from raygpu.plan.doctor.facts import EPS, fmt, gpu_resources
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,11 @@ def _template_shapes(templates: Iterable[GroupTemplate]) -> list[_Shape]:
 
 
 def _pod_shapes(ix: SnapshotIndex) -> list[_Shape]:
+    """One shape per Ray worker group, from its first pod in the snapshot."""
     by_group: dict[str, _Shape] = {}
-    for pod in ix.ray_pods:
-        if pod.is_head:
-            continue
-        key = f"{pod.ray_cluster}/{pod.ray_group}"
+    # first pod per (cluster, group) from the index, then per key string: the first pod per key string
+    for (cluster, group), pod in ix.first_worker_of_group.items():
+        key = f"{cluster}/{group}"
         if key not in by_group:
             req = {**pod.limits, **pod.requests}
             by_group[key] = _Shape(key, req.get("cpu", 0.0), req.get("memory", 0.0), ix.pod_gpus(pod))
@@ -77,10 +78,9 @@ def pending_gpu_requests(ix: SnapshotIndex, include_pending_pgs: bool = True) ->
         if count > 0:
             smallest[resource] = min(smallest.get(resource, math.inf), count)
 
-    for pod in ix.snapshot.k8s.pods:
-        if pod.phase == "Pending" and not pod.node_name and not pod.deleting:
-            for resource, count in ix.pod_gpus(pod).items():
-                add(resource, count)
+    for pod in ix.pending_gpu_pods:
+        for resource, count in ix.pod_gpus(pod).items():
+            add(resource, count)
     if include_pending_pgs:
         for pg in ix.snapshot.ray.placement_groups:
             if pg.state is PgState.PENDING:
@@ -96,45 +96,50 @@ def stranded_gpus(
     include_pending_pgs: bool = True,
     index: SnapshotIndex | None = None,
 ) -> StrandedReport:
-    """Per-node and cluster-wide stranded GPUs of ``snapshot``. Pure; never raises on odd data."""
+    """Per-node and cluster-wide stranded GPUs of ``snapshot``. Pure; never raises on odd data.
+
+    ``index``: ``SnapshotIndex.build(snapshot)`` when the caller has it already (reconcile does).
+    """
     ix = index or SnapshotIndex.build(snapshot)
     shapes = _template_shapes(templates) or _pod_shapes(ix)
     smallest = pending_gpu_requests(ix, include_pending_pgs)
-    rows = [_node_row(ix, node_name, shapes, smallest) for node_name in sorted(ix.nodes)]
-    rows = [r for r in rows if r is not None]
+    tallies = ix.tallies
+    rows = []
+    for name in ix.sorted_node_names():
+        tally = tallies[name]
+        alloc = tally.allocatable_gpus
+        if not alloc:
+            continue
+        if len(alloc) == 1 and not tally.leftovers:
+            ((resource, count),) = alloc.items()
+            used = tally.used_gpus.get(resource, 0.0)
+            if not count - used > 0:  # the usual busy node: no GPU free, nothing stranded (_node_row's numbers)
+                rows.append(NodeStranded(
+                    node=name, allocatable_gpus=tally.allocatable_units, requested_gpus=0.0 + used, free_gpus=0.0,
+                    integer_model_gpus=round(tally.integer_model_gpus, 6), free_cpu=tally.allocatable_cpu - tally.used_cpu,
+                    free_memory_bytes=tally.allocatable_memory - tally.used_memory,
+                ))
+                continue
+        rows.append(_node_row(name, tally, shapes, smallest))
     return StrandedReport(
         nodes=tuple(rows),
         smallest_pending_gpus=smallest,
-        allocatable_gpus=sum(r.allocatable_gpus for r in rows),
-        free_gpus=sum(r.free_gpus for r in rows),
-        integer_model_gpus=round(sum(r.integer_model_gpus for r in rows), 6),
-        cpu_memory_gpus=sum(r.cpu_memory_gpus for r in rows),
-        fragment_gpus=sum(r.fragment_gpus for r in rows),
+        allocatable_gpus=sum([r.allocatable_gpus for r in rows]),
+        free_gpus=sum([r.free_gpus for r in rows]),
+        integer_model_gpus=round(sum([r.integer_model_gpus for r in rows]), 6),
+        cpu_memory_gpus=sum([r.cpu_memory_gpus for r in rows]),
+        fragment_gpus=sum([r.fragment_gpus for r in rows]),
     )
 
 
-def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded | None:
-    node = ix.nodes[node_name]
-    alloc = ix.node_gpus(node, capacity=False)
-    if not alloc:
-        return None
-    pods = ix.pods_on_node.get(node_name, [])
-    used_gpu: dict[str, float] = {}
-    used_cpu = used_mem = 0.0
-    maps = ix.gpu_map_by_pod  # every pod of the snapshot
-    for pod in pods:
-        req, lim = pod.requests, pod.limits  # a missing request defaults to the limit, as in Kubernetes
-        got = req.get("cpu")
-        used_cpu += lim.get("cpu", 0.0) if got is None else got
-        got = req.get("memory")
-        used_mem += lim.get("memory", 0.0) if got is None else got
-        for resource, count in maps[id(pod)].items():
-            used_gpu[resource] = used_gpu.get(resource, 0.0) + count
-    free_cpu = node.allocatable.get("cpu", 0.0) - used_cpu
-    free_mem = node.allocatable.get("memory", 0.0) - used_mem
+def _node_row(name: str, tally: NodeTally, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded:
+    """The stranded arithmetic of node ``name`` (with allocatable GPUs), from what the index added up there."""
+    alloc, used_gpu = tally.allocatable_gpus, tally.used_gpus
+    free_cpu = tally.allocatable_cpu - tally.used_cpu
+    free_mem = tally.allocatable_memory - tally.used_memory
     free_total = cpu_mem = frag = 0.0
     reasons: list[str] = []
-    for resource, count in sorted(alloc.items()):
+    for resource, count in sorted(alloc.items()) if len(alloc) > 1 else alloc.items():
         free = max(0.0, count - used_gpu.get(resource, 0.0))
         free_total += free
         if free <= 0:
@@ -156,23 +161,14 @@ def _node_row(ix: SnapshotIndex, node_name: str, shapes: list[_Shape], smallest:
                 f"{fmt(free)} {resource} free but no worker shape fits the free "
                 f"{' and '.join(short) or 'cpu + memory together'}"
             )
-    integer = 0.0
-    live = ix.live_ray_by_instance
-    for pod in ix.ray_pods_on_node.get(node_name, []):
-        rn = live.get(pod.name)
-        if rn is None or pod.phase in TERMINAL_PHASES:
-            continue
-        used = max(0.0, rn.total.get("GPU", 0.0) - rn.available.get("GPU", 0.0))  # gpu_total - gpu_available
-        rest = min(math.ceil(used - EPS) - used, rn.gpu_available) if used > EPS else 0.0
-        if rest > EPS:
-            integer += rest
-            reasons.append(f"Ray node {rn.node_id}: {fmt(round(rest, 6))} GPU left over by fractional tasks")
+    for rn, rest in tally.leftovers:
+        reasons.append(f"Ray node {rn.node_id}: {fmt(round(rest, 6))} GPU left over by fractional tasks")
     return NodeStranded(
-        node=node_name,
-        allocatable_gpus=sum(alloc.values()),
-        requested_gpus=sum(used_gpu.get(r, 0.0) for r in alloc),
+        node=name,
+        allocatable_gpus=tally.allocatable_units,
+        requested_gpus=sum([used_gpu.get(r, 0.0) for r in alloc]),
         free_gpus=free_total,
-        integer_model_gpus=round(integer, 6),
+        integer_model_gpus=round(tally.integer_model_gpus, 6),
         cpu_memory_gpus=cpu_mem,
         fragment_gpus=frag,
         free_cpu=free_cpu,
