@@ -28,13 +28,13 @@ import argparse
 import json
 import os
 import secrets
-import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks._common import ROOT, machine, machine_line, print_table, save_plot
+from benchmarks._common import machine, machine_line, print_table, save_plot
+from benchmarks._testbed_ray import RAY_USER, Proc, ray_autoscaler_role, start_ray_autoscaler, start_sidecar
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons
 from raygpu.testing import manifests as m
@@ -45,47 +45,11 @@ from raygpu.testing.kube import api_client, apply, dynamic
 from raygpu.testing.procs import wait_for
 
 SIDECAR_USER_FMT = "system:serviceaccount:{ns}:raygpu-sidecar"
-RAY_USER = "ray-autoscaler"
 CLUSTER = "rc"
 
 
 def _log(msg: str) -> None:
     print(f"[bench_api_load] {msg}", file=sys.stderr, flush=True)
-
-
-def _ray_autoscaler_role(ns: str) -> list[dict]:
-    """KubeRay's autoscaler Role (ray-operator's BuildRole), bound to the certificate's user."""
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "ray-autoscaler", "namespace": ns},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
-                      {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["get", "patch"]},
-                      {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "patch"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "ray-autoscaler", "namespace": ns},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ray-autoscaler"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": RAY_USER}]}
-    return [role, binding]
-
-
-class Proc:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name, self.log = name, log
-        self._f = open(log, "w")  # noqa: SIM115 - closed in stop()
-        self.p = subprocess.Popen(argv, env=env, stdout=self._f, stderr=subprocess.STDOUT, cwd=ROOT,
-                                  start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.p.poll() is None
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            os.killpg(self.p.pid, 15)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.p.pid, 9)
-                self.p.wait(5)
-        self._f.close()
 
 
 def run(args) -> dict:
@@ -132,7 +96,7 @@ def run(args) -> dict:
         _log(f"cluster {ns}/{CLUSTER} up: head + {args.workers} x 8-GPU workers, GCS {gcs}")
 
         # identities
-        for obj in [*m.sidecar_deploy_objects(ns, CLUSTER), *_ray_autoscaler_role(ns)]:
+        for obj in [*m.sidecar_deploy_objects(ns, CLUSTER), *ray_autoscaler_role(ns)]:
             apply(kube, obj)
         tok = core.create_namespaced_service_account_token("raygpu-sidecar", ns,
                                                            {"spec": {"expirationSeconds": 3600}})
@@ -141,22 +105,9 @@ def run(args) -> dict:
         sidecar_user = SIDECAR_USER_FMT.format(ns=ns)
 
         t_start = time.time()
-        # the venv's bin first: Ray's autoscaler runs `ray health-check`
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-        procs.append(Proc("sidecar", [sys.executable, "-m", "raygpu.cli", "sidecar", "--cluster", CLUSTER,
-                                      "--namespace", ns, "--ray-address", gcs, "--kubeconfig", str(side_kc),
-                                      "--interval-s", str(args.interval_s), "--metrics-port", "0", "--json-logs"],
-                          env, work / "sidecar.log"))
-        ray_env = {**env, "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-                   "KUBERNETES_SERVICE_PORT_HTTPS": str(tb.state["ports"]["apiserver"]),
-                   "RAY_KUBERAY_CLIENT_CERT_PATH": str(crt), "RAY_KUBERAY_CLIENT_KEY_PATH": str(key),
-                   "RAY_KUBERAY_CA_CERT_PATH": str(tb.root / "pki" / "ca.crt")}
-        procs.append(Proc("ray-autoscaler", [sys.executable, "-c",
-                                             "import sys; from ray.autoscaler._private.kuberay.run_autoscaler "
-                                             "import run_kuberay_autoscaler; "
-                                             "run_kuberay_autoscaler(sys.argv[1], sys.argv[2], sys.argv[3])",
-                                             CLUSTER, ns, gcs], ray_env, work / "ray-autoscaler.log"))
+        procs.append(start_sidecar(CLUSTER, ns, gcs, side_kc, work / "sidecar.log",
+                                   "--interval-s", str(args.interval_s)))
+        procs.append(start_ray_autoscaler(tb, CLUSTER, ns, gcs, crt, key, work / "ray-autoscaler.log"))
         users = {"raygpu sidecar": sidecar_user, "Ray autoscaler": RAY_USER}
 
         deadline = time.monotonic() + 120

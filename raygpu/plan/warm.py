@@ -107,7 +107,10 @@ def _target(group: str, h: GroupHistory, now_s: float, s: WarmSettings) -> WarmT
     fallback = f"fallback idle timeout {s.fallback_timeout_s:.0f}s"
     if not h.startup_s:
         return WarmTarget(warm=None, reason=f"no pod start-up measured yet: {fallback}", **base)
-    window_s = _median(h.startup_s)
+    startup_s = _median(h.startup_s)
+    # demand is sampled once a step: a start-up shorter than that is measured over one step (the next sample);
+    # over less, no sample has a later one in its window and the group would never learn
+    window_s = max(startup_s, s.step_s)
     demand = [x for x in h.demand if x[0] > now_s - s.history_s]
     rises = rises_over(demand, window_s)
     if len(rises) < s.min_samples:
@@ -117,10 +120,12 @@ def _target(group: str, h: GroupHistory, now_s: float, s: WarmSettings) -> WarmT
     ordered = sorted(rises)
     warm = ordered[max(0, math.ceil(s.quantile * len(ordered)) - 1)]
     now = demand[-1][1] if demand else 0
+    over = (f"the {window_s:.0f}s start-up (median of {len(h.startup_s)})" if startup_s >= s.step_s else
+            f"one {window_s:.0f}s sample step (start-up {startup_s:.0f}s, median of {len(h.startup_s)})")
     return WarmTarget(warm=warm, window_s=window_s, samples=len(rises), reason=(
-        f"keep {warm} warm = q{s.quantile:g} of the demand rise over the {window_s:.0f}s start-up (median of "
-        f"{len(h.startup_s)}), {len(rises)} samples in the last {s.history_s / 3600:g}h (rise p50 "
-        f"{ordered[(len(ordered) - 1) // 2]}, max {ordered[-1]}; demand now {now})"), **base)
+        f"keep {warm} warm = q{s.quantile:g} of the demand rise over {over}, {len(rises)} samples in the last "
+        f"{s.history_s / 3600:g}h (rise p50 {ordered[(len(ordered) - 1) // 2]}, max {ordered[-1]}; demand now {now})"),
+        **base)
 
 
 def rises_over(demand: list[tuple[float, int]] | tuple[tuple[float, int], ...], window_s: float) -> list[int]:

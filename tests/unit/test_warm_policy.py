@@ -65,6 +65,16 @@ def test_the_median_start_up_is_the_window():
     assert plan_warm(long, ["gpu"], now, S)["gpu"].warm == 4  # 3 in 8 see it within 180 s: above 1 - q
 
 
+def test_a_start_up_shorter_than_one_sample_step_still_learns():
+    # pods that start in 20 s, demand sampled once a minute: the rise is measured over one step (the next
+    # sample), not over no sample at all (which left the group on its fallback for ever)
+    demand = [0, 0, 1] * 20  # a worker needed every third minute
+    h = WarmHistory(groups={"gpu": hist(demand, startup_s=(20.0,))})
+    t = plan_warm(h, ["gpu"], NOW_S - 3600 + 59 * 60, S)["gpu"]
+    assert (t.warm, t.window_s, t.samples) == (1, 60, 59)
+    assert "over one 60s sample step (start-up 20s, median of 1)" in t.reason
+
+
 @pytest.mark.parametrize("case,history,why", [
     ("no start-up measured", hist([1] * 100, startup_s=()), "no pod start-up measured yet"),
     ("too few samples", hist([1] * 20), "< 30 needed"),
