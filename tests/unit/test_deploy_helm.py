@@ -106,7 +106,7 @@ def test_name_suffix_and_namespace_render_as_a_kustomize_overlay_with_name_suffi
                          namespace="default") == expected
 
 
-def test_the_chart_can_render_the_example_raycluster_itself():
+def test_the_chart_can_render_the_example_raycluster_itself(tmp_path):
     example = yaml.safe_load(EXAMPLE.read_text())
     annotations = dict(example["metadata"]["annotations"])
     mode = annotations.pop("raygpu.io/reclaim")
@@ -122,12 +122,9 @@ def test_the_chart_can_render_the_example_raycluster_itself():
                              "sidecar": {"args": [a for a in sidecar["args"] if not a.startswith("--metrics-port")],
                                          "resources": sidecar["resources"]},
                              "workerGroupSpecs": example["spec"]["workerGroupSpecs"]}}
-    values_file = CHART.parent / ".test-values.yaml"
-    try:
-        values_file.write_text(yaml.safe_dump(values))
-        [rc] = [o for o in helm_template("-f", str(values_file)) if o["kind"] == "RayCluster"]
-    finally:
-        values_file.unlink(missing_ok=True)
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    [rc] = [o for o in helm_template("-f", str(values_file)) if o["kind"] == "RayCluster"]
     assert rc["metadata"].pop("namespace") == "ray"
     assert rc == example
 
@@ -145,6 +142,7 @@ def test_metrics_port_zero_drops_the_port_and_the_probe_and_tells_the_sidecar():
     ((), "cluster"),                                                      # no RayCluster named
     (("--set", "cluster=Gpu"), "cluster"),                                # no RayCluster can have that name
     (("--set", "cluster=gpu", "--set", "mode=sometimes"), "mode"),        # off | dry-run | on
+    (("--set", "cluster=gpu", "--set-json", "mode=false"), "mode"),       # a bare `mode: off` in a values file
     (("--set", "cluster=gpu", "--set", "metrics.port=70000"), "port"),
     (("--set", "cluster=gpu", "--set", "nameSuffix=llm"), "nameSuffix"),  # must start with "-"
 ])
