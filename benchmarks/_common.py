@@ -27,27 +27,31 @@ def machine() -> dict[str, object]:
     }
 
 
-def _find_traces() -> Path:
-    """$RAYGPU_TRACES, else ``../shared/traces`` next to this checkout, else next to the repository it was
-    cloned from (a CI clone in a temporary directory), else the first (benchmarks then skip, saying so)."""
+def traces_dir(root: Path = ROOT) -> Path:
+    """The one place the benchmarks (and their smoke tests) find the Alibaba traces: $RAYGPU_TRACES, else
+    ``../shared/traces`` next to this checkout, else next to the repository it was cloned from (a CI clone in a
+    temporary directory), else the cache ``python -m benchmarks.fetch_traces`` fills ($RAYGPU_CACHE/traces,
+    default ~/.cache/raygpu/traces), else the first (benchmarks then skip, saying so). ``root``: the checkout."""
     if os.environ.get("RAYGPU_TRACES"):
         return Path(os.environ["RAYGPU_TRACES"])
-    candidates = [ROOT.parent / "shared" / "traces"]
+    candidates = [root.parent / "shared" / "traces"]
     try:
         import subprocess
-        origin = subprocess.run(["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
+        origin = subprocess.run(["git", "-C", str(root), "config", "--get", "remote.origin.url"],
                                 capture_output=True, text=True, timeout=5).stdout.strip()
         if origin and "://" not in origin and Path(origin).is_dir():
             candidates.append(Path(origin).resolve().parent / "shared" / "traces")
     except (OSError, subprocess.SubprocessError):
         pass
+    from benchmarks.fetch_traces import default_cache
+    candidates.append(default_cache())
     return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
-TRACES = _find_traces()
+TRACES = traces_dir()
 OPENB = TRACES / "alibaba-gpu-v2023"
 
-__all__ = ["machine", "TRACES", "OPENB", "RESULTS", "read_csv", "need_traces", "print_table", "machine_line",
+__all__ = ["machine", "traces_dir", "TRACES", "OPENB", "RESULTS", "read_csv", "need_traces", "print_table", "machine_line",
            "percentile", "save_plot"]
 
 
@@ -56,7 +60,8 @@ def need_traces(*paths: Path) -> bool:
     missing = [p for p in paths if not p.exists()]
     if missing:
         print(f"SKIP: trace file(s) not found: {', '.join(map(str, missing))} "
-              "(the read-only traces live in ../shared/traces/; set RAYGPU_TRACES to point elsewhere)")
+              "(the read-only traces live in ../shared/traces/; without it, `python -m benchmarks.fetch_traces` "
+              "downloads them into ~/.cache/raygpu/traces; or set RAYGPU_TRACES to point elsewhere)")
         return False
     return True
 

@@ -21,6 +21,7 @@ VERSIONS = {
     "kueue": "v0.17.0",
     "kwok": "v0.8.0",
     "etcd": "v3.6.16",
+    "helm": "v4.3.2",  # not part of the testbed: the unit tests render and lint deploy/helm/raygpu with it
 }
 
 BUILD_SCRIPT = Path(__file__).parent / "scripts" / "build-components.sh"
@@ -57,6 +58,16 @@ def _dirs() -> dict[str, Path]:
         "kwok": b / f"kwok-{v['kwok']}",
         "etcd": b / f"etcd-{v['etcd']}",
     }
+
+
+def tool(name: str) -> Path:
+    """Where the built ``helm`` or ``kubectl`` (whose ``kubectl kustomize`` is kustomize) is; it may not exist yet:
+    ``.ci/setup`` builds both, ``bash raygpu/testing/scripts/build-components.sh helm`` (or ``k8s``) one set."""
+    if name == "helm":
+        return cache_dir() / "bin" / f"helm-{VERSIONS['helm']}" / "helm"
+    if name == "kubectl":
+        return _dirs()["k8s"] / "kubectl"
+    raise ValueError(f"no tool {name!r}: helm or kubectl")
 
 
 def missing() -> list[str]:

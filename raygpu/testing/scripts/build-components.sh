@@ -15,6 +15,7 @@ KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"   # k8s 0.34 libs: shares the k8s m
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+HELM_VERSION="${HELM_VERSION:-v4.3.2}"          # renders/lints deploy/helm/raygpu in the unit tests
 
 CACHE="${RAYGPU_CACHE:-$HOME/.cache/raygpu}"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
@@ -98,13 +99,13 @@ GO
 }
 
 # ---- set 2..4: modules without replace lines: go install with GOBIN
-build_install() {  # name version pkg crd_subdir
-  local name=$1 ver=$2 pkg=$3 crds=${4:-}
+build_install() {  # name version pkg crd_subdir [ldflags]
+  local name=$1 ver=$2 pkg=$3 crds=${4:-} ld="-s -w ${5:-}"
   local out="$CACHE/bin/$name-$ver"
   if stamp_ok "$out"; then log "$name cached: $out"; echo "$out"; return; fi
   local t0=$SECONDS; mkdir -p "$out"
   log "$name: go install $pkg@$ver"
-  GOBIN="$out" retry go install -trimpath -ldflags "-s -w" "$pkg@$ver" || { log "FAILED: $name $pkg@$ver"; exit 1; }
+  GOBIN="$out" retry go install -trimpath -ldflags "$ld" "$pkg@$ver" || { log "FAILED: $name $pkg@$ver"; exit 1; }
   if [ -n "$crds" ]; then
     local mod="${pkg%%/cmd/*}"; local moddir; moddir=$(go env GOMODCACHE)
     mkdir -p "$out/crds"; cp -r "$moddir/$mod@$ver/$crds"/. "$out/crds/"; chmod -R u+w "$out/crds"
@@ -139,6 +140,9 @@ case "$only" in
   all|kwok) build_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kustomize/stage >/dev/null ;;&
   all|k8s) build_k8s >/dev/null ;;&
   all|kueue) build_install kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue config/components >/dev/null ;;&
+  # helm has no replace lines; without the -X its `helm version` says only "v4.3"
+  all|helm) build_install helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm "" \
+              "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" >/dev/null ;;&
   *) ;;
 esac
 log "all components ready in $((SECONDS - T0)) s (cache: $CACHE/bin)"
