@@ -28,6 +28,7 @@ from raygpu.testing.catalog import node_manifest
 from raygpu.testing.procs import TestbedError, alive, free_port, spawn, stop, wait_for
 
 ADMIN_TOKEN = "raygpu-testbed-admin-token"
+CODE_ROOT = str(Path(__file__).resolve().parents[1])  # the raygpu package this testbed code runs from
 
 # Audit every request but the testbed's own (every component and the tests' admin client use the admin
 # token): what a ServiceAccount or a client certificate under test does is then counted exactly, e.g. the
@@ -80,7 +81,14 @@ class Testbed:
         killed half-way (SIGKILL, SIGTERM: no cleanup runs) leaves some components running and no
         ``ready_s``: that is not up, and ``up()`` stops the leftovers and starts afresh."""
         pids = self.state.get("pids", {})
-        return "ready_s" in self.state and bool(pids) and all(alive(p) for p in pids.values())
+        return ("ready_s" in self.state and bool(pids) and all(alive(p) for p in pids.values())
+                and self.is_ours())
+
+    def is_ours(self) -> bool:
+        """The running testbed was started by this checkout's code with these component versions. One from
+        another checkout (its bridge runs that checkout's raygpu) or other versions (another KubeRay) is
+        not reused: ``up()`` stops it and starts afresh, so a test never runs against what it did not pin."""
+        return self.state.get("versions") == components.VERSIONS and self.state.get("code") == CODE_ROOT
 
     def _save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -101,6 +109,9 @@ class Testbed:
         if self.is_up():
             progress(f"testbed already up ({self.root})")
             return self.status()
+        if self.state.get("ready_s") is not None and not self.is_ours():
+            progress(f"the running testbed was started by {self.state.get('code')} with versions "
+                     f"{self.state.get('versions')}: stopping it, starting this checkout's")
         for attempt in (1, 2):
             try:
                 return self._up_once(progress, nodes)
@@ -119,7 +130,7 @@ class Testbed:
         for stale in ("etcd-data", "pki"):
             _rmtree(self.root / stale)
         self.state = {"started_at": time.time(), "pids": {}, "ports": {}, "versions": components.VERSIONS,
-                      "kubeconfig": str(self.kubeconfig)}
+                      "code": CODE_ROOT, "kubeconfig": str(self.kubeconfig)}
         ports = self.state["ports"]
         for name in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "sp_scheduler", "sp_metrics", "sp_probe",
                      "kwok", "kuberay_metrics", "kuberay_probe", "kueue_webhook", "kueue_metrics", "kueue_probe",

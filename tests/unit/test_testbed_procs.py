@@ -74,11 +74,32 @@ def test_a_start_killed_half_way_is_not_up(tmp_path):
     import json
     import os
 
-    from raygpu.testing.controlplane import Testbed
-    state = {"pids": {"etcd": os.getpid(), "kube-apiserver": os.getpid()}}
+    from raygpu.testing import components
+    from raygpu.testing.controlplane import CODE_ROOT, Testbed
+    state = {"pids": {"etcd": os.getpid(), "kube-apiserver": os.getpid()}, "versions": components.VERSIONS,
+             "code": CODE_ROOT}
     (tmp_path / "state.json").write_text(json.dumps(state))
     assert not Testbed(tmp_path).is_up()
     (tmp_path / "state.json").write_text(json.dumps({**state, "ready_s": 42.0}))
     assert Testbed(tmp_path).is_up()
     (tmp_path / "state.json").write_text(json.dumps({**state, "ready_s": 42.0, "pids": {"kwok": 2 ** 22 + 7}}))
     assert not Testbed(tmp_path).is_up()
+
+
+def test_a_testbed_of_another_checkout_or_other_versions_is_not_reused(tmp_path):
+    """A helper's or an old clone's testbed (its bridge runs that checkout's raygpu; its KubeRay another
+    version) was reused by the next run of this checkout: tests ran against what they did not pin."""
+    import json
+    import os
+
+    from raygpu.testing import components
+    from raygpu.testing.controlplane import CODE_ROOT, Testbed
+    up = {"pids": {"etcd": os.getpid()}, "ready_s": 42.0, "versions": components.VERSIONS, "code": CODE_ROOT}
+    (tmp_path / "state.json").write_text(json.dumps(up))
+    assert Testbed(tmp_path).is_up() and Testbed(tmp_path).is_ours()
+    (tmp_path / "state.json").write_text(json.dumps({**up, "code": "/elsewhere/raygpu"}))
+    assert not Testbed(tmp_path).is_up()
+    (tmp_path / "state.json").write_text(json.dumps({**up, "versions": {**components.VERSIONS, "kuberay": "v0.0.1"}}))
+    assert not Testbed(tmp_path).is_up()
+    (tmp_path / "state.json").write_text(json.dumps({k: v for k, v in up.items() if k != "code"}))
+    assert not Testbed(tmp_path).is_up()  # started by code from before this check: not provably ours
