@@ -249,9 +249,9 @@ def _drained(w: _Worker, policy: ReclaimPolicy) -> str:
 
 
 def _decision(w: _Worker, action: DecisionAction, reason: ReclaimReason, detail: str) -> Decision:
-    return Decision(pod_name=w.pod.name, group=w.group, action=action, reason=reason, detail=detail,
-                    k8s_node_name=w.pod.node_name, ray_node_id=w.node.node_id if w.node else None,
-                    gpus=w.node.gpu_total if w.node else 0.0, idle_for_s=w.idle_for_s)
+    node = w.node
+    return Decision.typed(w.pod.name, w.group, action, reason, detail, w.pod.node_name,
+                          node.node_id if node else None, node.total.get("GPU", 0.0) if node else 0.0, w.idle_for_s)
 
 
 def _bundle_holders(pgs: tuple[PlacementGroupView, ...]) -> dict[str, str]:

@@ -233,3 +233,20 @@ def test_a_placement_the_planner_cannot_prove_keeps_every_candidate_that_could_h
     assert p.decision("w1").reason is R.NEEDED_BY_PENDING_PG and p.decision("w2").reason is R.NEEDED_BY_PENDING_PG
     assert "cannot prove" in p.decision("w2").detail
     assert p.deleted_pods == ("w3",)
+
+
+@pytest.mark.parametrize("values", [
+    ("w1", "gpu", DecisionAction.KEEP, R.NOT_IDLE_LONG_ENOUGH, "busy", "k8s-1", "ray-1", 8.0, None),
+    ("w2", "", DecisionAction.DELETE, R.IDLE, "idle 900s >= timeout 600s", None, None, 0.0, 900.0),
+    ("w3", "gpu", DecisionAction.KEEP, R.HEAD, "", "k8s-2", "ray-2", 4, 12),  # ints: floats, as validation makes them
+])
+def test_a_decision_built_without_validation_is_the_validated_one(values):
+    """Decision.typed (plan_reclaim's one per pod) equals Decision(...) of the same values, state included:
+    fields (8 and 8.0 differ in JSON), fields set, extra and private (what pickling and copying carry)."""
+    from raygpu.model.reclaim import Decision
+
+    names = ("pod_name", "group", "action", "reason", "detail", "k8s_node_name", "ray_node_id", "gpus", "idle_for_s")
+    fast, slow = Decision.typed(*values), Decision(**dict(zip(names, values)))
+    assert fast.__getstate__() == slow.__getstate__() and list(fast.__dict__) == list(slow.__dict__)
+    assert fast.model_dump_json() == slow.model_dump_json() and hash(fast) == hash(slow)
+    assert fast.model_copy(update={"detail": "x"}) == slow.model_copy(update={"detail": "x"})
