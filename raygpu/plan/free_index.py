@@ -80,16 +80,18 @@ class FreeIndex:
         self.rank: dict[str, tuple] = {}
 
     def add(self, node_id: str, labels: dict[str, str], free: dict[str, float], role: str,
-            group: str = "", rank: tuple = ()) -> None:
-        """Place a new node. ``labels`` and ``free`` are kept, not copied: nothing here changes them."""
+            group: str = "", rank: tuple = (), keys: tuple[tuple, tuple] | None = None) -> None:
+        """Place a new node. ``labels`` and ``free`` are kept, not copied: nothing here changes them.
+        ``keys``: their items sorted (``shape_key``), when the caller has them already."""
         self.labels[node_id] = labels
-        self._label_key[node_id] = tuple(sorted(labels.items()))
+        self._label_key[node_id] = keys[0] if keys is not None else tuple(sorted(labels.items()))
         self.group[node_id] = group
         self.rank[node_id] = rank
-        self.move(node_id, free, role)
+        self.move(node_id, free, role, keys[1] if keys is not None else None)
 
-    def move(self, node_id: str, free: dict[str, float], role: str) -> None:
-        """Give ``node_id`` new free resources and role (its old heap entries go stale)."""
+    def move(self, node_id: str, free: dict[str, float], role: str, free_key: tuple | None = None) -> None:
+        """Give ``node_id`` new free resources and role (its old heap entries go stale); ``free_key``: the
+        items of ``free`` sorted, when the caller has them."""
         old = self._where.get(node_id)
         if old is not None:
             bucket = self._buckets[old]
@@ -98,7 +100,7 @@ class FreeIndex:
                 del self._buckets[old]
         self.free[node_id] = free
         self.role[node_id] = role
-        key = (self._label_key[node_id], tuple(sorted(free.items())))
+        key = (self._label_key[node_id], free_key if free_key is not None else tuple(sorted(free.items())))
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(key, self.labels[node_id], free)

@@ -8,7 +8,6 @@ template) for a request no worker group of the cluster can ever hold.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from raygpu.errors import InfeasibleError, PermanentError
@@ -19,6 +18,7 @@ from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.shapes import GpuKind
 from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
                                   template_capacity, template_gpu_shape)
+from raygpu.plan.gang_pack import SMALL as _SMALL, FewPods as _FewPods, FirstFit as _FirstFit
 from raygpu.plan.gang_shapes import ShapeOption, admission_fit, describe_fit, rank_options, shape_options
 
 _EPS = 1e-9
@@ -52,6 +52,13 @@ class _Candidate:
     def kind(self) -> GpuKind | None:
         return self.gpu_kind
 
+    def k8s_requests(self) -> dict[str, float]:
+        """What one pod of this template asks Kubernetes for; raises as ``pod_k8s_resources`` does."""
+        k8s = self.k8s if self.k8s is not None else _k8s_of(self.group)
+        if isinstance(k8s, str):
+            raise PermanentError(k8s)
+        return k8s[0]
+
 
 @dataclass(frozen=True)
 class GangTemplates:
@@ -65,17 +72,20 @@ class GangTemplates:
     cluster: RayClusterView
     candidates: tuple[_Candidate, ...]
     error: str | None = None
+    policy: ClusterPolicy | None = None  # the cluster's annotations parsed (None: parsed by plan_gang)
 
 
 def gang_templates(cluster: RayClusterView) -> GangTemplates:
-    """Every worker group of ``cluster`` with its Ray capacity and GPU kind (pure; never raises)."""
+    """Every worker group of ``cluster`` with its Ray capacity and GPU kind, and the cluster's policy
+    annotations parsed (pure; never raises)."""
+    policy, _ = parse_cluster_policy(cluster.annotations)
     try:
         caps = [template_capacity(g) for g in cluster.worker_groups]
     except PermanentError as e:
-        return GangTemplates(cluster, (), str(e))
+        return GangTemplates(cluster, (), str(e), policy)
     return GangTemplates(cluster, tuple(
         _Candidate(g, i, cap, _kind_of(g), template_gpu_shape(g), describe_group(g), _k8s_of(g))
-        for i, (g, cap) in enumerate(zip(cluster.worker_groups, caps))))
+        for i, (g, cap) in enumerate(zip(cluster.worker_groups, caps))), None, policy)
 
 
 def _k8s_of(group: GroupTemplate) -> tuple[dict[str, float], dict[str, float]] | str:
@@ -177,8 +187,12 @@ def _pack(bundles: tuple[Bundle, ...], strategy: Strategy, c: _Candidate) -> lis
                     bundle_index=i, resource=r, requested=total, limit=c.cap.get(r, 0.0), template=c.group.group_name)
         return [0] * len(bundles)
     # PACK: first-fit-decreasing by dominant share of a pod, ties by bundle index (deterministic).
-    order = sorted(range(len(bundles)), key=lambda i: (
-        -max(v / c.cap[r] for r, v in bundles[i].resources.items()), i))
+    first = bundles[0].resources
+    if all(b.resources == first for b in bundles):
+        order = range(len(bundles))  # equal bundles (the usual gang): equal shares, so by index
+    else:
+        order = sorted(range(len(bundles)), key=lambda i: (
+            -max(v / c.cap[r] for r, v in bundles[i].resources.items()), i))
     pods = _FirstFit(c.cap, len(bundles)) if len(bundles) > _SMALL else _FewPods(c.cap)
     assign = [0] * len(bundles)
     for i in order:
@@ -186,91 +200,18 @@ def _pack(bundles: tuple[Bundle, ...], strategy: Strategy, c: _Candidate) -> lis
     return assign
 
 
-_SMALL = 16  # up to this many bundles a plain scan of the pods is cheaper than building the tree
-
-
-class _FewPods:
-    """First fit by a plain scan of the open pods: the same pods, the same floats as :class:`_FirstFit`."""
-
-    def __init__(self, cap: dict[str, float]) -> None:
-        self.cap = cap
-        self.left: list[dict[str, float]] = []
-
-    def place(self, amounts: dict[str, float]) -> int:
-        for i, left in enumerate(self.left):
-            if not any(v > left[r] + _EPS for r, v in amounts.items()):
-                break
-        else:
-            self.left.append(dict(self.cap))
-            i = len(self.left) - 1
-        left = self.left[i]
-        for r, v in amounts.items():
-            left[r] -= v
-        return i
-
-
-class _FirstFit:
-    """First fit over ``count`` pods of capacity ``cap``: the lowest-index pod with room, in O(log n) steps.
-
-    Every pod starts empty, so "no used pod fits: open the next" is the same as
-    "the first pod that fits", and the pods used stay a prefix. A max tree per
-    resource skips every range of pods in which no pod has enough of one
-    resource; the leaves hold exactly the floats a plain list of pods would.
-    Pods only fill up, so a bundle equal to one placed on pod ``k`` fits no pod
-    before ``k``: the search for it starts at ``k`` (many equal bundles, or room
-    split between pods that each lack one resource, cost one pass, not one each).
-    """
-
-    def __init__(self, cap: dict[str, float], count: int) -> None:
-        self.size = 1 << max(count - 1, 0).bit_length()
-        self.tree = {r: [0.0] * self.size + [v] * count + [-math.inf] * (self.size - count) for r, v in cap.items()}
-        for t in self.tree.values():
-            for i in range(self.size - 1, 0, -1):
-                t[i] = max(t[2 * i], t[2 * i + 1])
-        self.last: dict[tuple[tuple[str, float], ...], int] = {}  # bundle -> the pod the last equal one went to
-
-    def _from(self, lo: int) -> list[int]:
-        """Tree nodes covering pods ``lo..`` as a stack: the leftmost on top."""
-        left, right, l, r = [], [], lo + self.size, 2 * self.size
-        while l < r:
-            if l & 1:
-                left.append(l)
-                l += 1
-            if r & 1:
-                r -= 1
-                right.append(r)
-            l, r = l // 2, r // 2
-        return right + left[::-1]
-
-    def place(self, amounts: dict[str, float]) -> int:
-        """Put ``amounts`` on the first pod with room (``_misfit`` is None) and return its index."""
-        key = tuple(sorted(amounts.items()))
-        need = [(self.tree[r], v) for r, v in amounts.items()]
-        stack = self._from(self.last.get(key, 0))
-        while stack:
-            node = stack.pop()
-            if any(v > t[node] + _EPS for t, v in need):
-                continue  # no pod under this node has enough of one resource
-            if node < self.size:
-                stack += (2 * node + 1, 2 * node)  # left first
-                continue
-            for t, v in need:
-                t[node] -= v
-                i = node // 2
-                while i and t[i] != max(t[2 * i], t[2 * i + 1]):
-                    t[i] = max(t[2 * i], t[2 * i + 1])
-                    i //= 2
-            self.last[key] = node - self.size
-            return node - self.size
-        raise AssertionError("every bundle fits an empty pod")  # checked by plan_gang before packing
-
-
-def _waste(bundles: tuple[Bundle, ...], c: _Candidate, pods: int) -> tuple[float, float]:
-    """(idle Ray GPUs, idle fraction of other resources summed) over the whole gang."""
+def _waste(asked: dict[str, float], c: _Candidate, pods: int) -> tuple[float, float]:
+    """(idle Ray GPUs, idle fraction of other resources summed) over the whole gang; ``asked``: what the
+    bundles ask per resource (``_asked``)."""
     def idle(r: str) -> float:
-        return pods * c.cap.get(r, 0.0) - sum(b.get(r) for b in bundles)
+        return pods * c.cap.get(r, 0.0) - asked[r]
     other = sum(idle(r) / cap for r, cap in c.cap.items() if r != GPU)
     return idle(GPU), other
+
+
+def _asked(bundles: tuple[Bundle, ...], resources) -> dict[str, float]:
+    """Per resource, what the bundles ask in all (summed in bundle order, once per request)."""
+    return {r: sum(b.get(r) for b in bundles) for r in resources}
 
 
 def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
@@ -291,7 +232,8 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
         raise PermanentError(f"templates were computed for RayCluster {templates.cluster.namespace}/"
                              f"{templates.cluster.name}, not for {cluster.namespace}/{cluster.name}")
     if policy is None:
-        policy, _ = parse_cluster_policy(cluster.annotations)
+        policy = templates.policy if templates is not None and templates.policy is not None \
+            else parse_cluster_policy(cluster.annotations)[0]
     # 1. Validate what the request models cannot check alone.
     if (request.cluster, request.namespace) != (cluster.name, cluster.namespace):
         raise PermanentError(f"request is for {request.namespace}/{request.cluster}, "
@@ -343,6 +285,7 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     # 3. Pack bundles into pods on every fitting template; keep the least wasteful, then the shape
     #    that binds now (else the smallest pods): gang_shapes.
     options, failures, fits = [], [], {}
+    asked = _asked(bundles, {GPU}.union(*(c.cap for c in common)))
     for c in common:
         packed = _pack(bundles, request.strategy, c)
         if isinstance(packed, InfeasibleError):
@@ -350,10 +293,10 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
             continue
         for assign_option in shape_options(bundles, request.strategy, lambda: packed):
             pods = max(assign_option) + 1
-            gpu_idle, other_idle = _waste(bundles, c, pods)
+            gpu_idle, other_idle = _waste(asked, c, pods)
             mig_rank = int(c.kind() is GpuKind.MIG and any(b.get(GPU) for b in bundles))  # prefer whole GPUs
-            fit = fits[c.index, pods] = admission_fit(pod_k8s_resources(c.group)[0], pods, free)
-            idle = {r: pods * v - sum(b.get(r) for b in bundles) for r, v in c.cap.items()}
+            fit = fits[c.index, pods] = admission_fit(c.k8s_requests(), pods, free)
+            idle = {r: pods * v - asked[r] for r, v in c.cap.items()}
             options.append(ShapeOption(waste_key=(mig_rank, round(gpu_idle, 6), pods, other_idle, c.index), idle=idle,
                                        pods=pods, fit=fit, payload=(c, assign_option)))
     if not options:

@@ -116,8 +116,9 @@ def rank_options(options: Sequence[ShapeOption]) -> list[ShapeOption]:
         return o.waste_key[:2] == base.waste_key[:2] and all(
             v <= base.idle.get(r, 0.0) + _EPS * max(1.0, abs(base.idle.get(r, 0.0))) for r, v in o.idle.items())
 
-    ok = sorted((o for o in options if no_worse(o)), key=lambda o: (admission_key(o.fit, o.pods), o.waste_key))
-    return ok + sorted((o for o in options if not no_worse(o)), key=lambda o: o.waste_key)
+    flags = [no_worse(o) for o in options]
+    ok = sorted((o for o, good in zip(options, flags) if good), key=lambda o: (admission_key(o.fit, o.pods), o.waste_key))
+    return ok + sorted((o for o, good in zip(options, flags) if not good), key=lambda o: o.waste_key)
 
 
 def admission_key(fit: AdmissionFit, pods: int) -> tuple[int, int, int]:

@@ -10,7 +10,9 @@ Three passes:
    least wants to delete, else it may wait for a busy node that stays (judged
    on its total), else it needs a new worker (``growth``). A PG that fits
    nowhere, even with new workers, protects nothing. Free capacity is kept in
-   a :class:`~raygpu.plan.free_index.FreeIndex` and each bundle stops at its
+   a :class:`~raygpu.plan.free_index.FreeIndex` of the nodes that could take
+   a unit at all (free resources only shrink in the passes; busy nodes are
+   left out after one look at their free GPUs) and each bundle stops at its
    first fit, so the pass grows with nodes + bundles x shapes, not nodes x
    bundles.
 2. **Proof** (each PG on its own, on the nodes' free resources now): a PG that
@@ -80,28 +82,50 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     group, candidates the group minimum keeps anyway (> 0: prefer them); ``growth`` in spec order.
     """
     pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
+    if not candidates or not pending:
+        return {}  # only candidates are ever needed
     spare = dict(spare)
-    start = _index(hosts, candidates, {})
-    needed, placed = _simulate(pending, hosts, start.copy(), candidates, spare,
+    us = [units(pg) for pg in pending]
+    start = _index(hosts, candidates, [u for pg_units in us for u in pg_units])
+    needed, placed = _simulate(pending, us, hosts, start.copy(), candidates, spare,
                                {g.name: g.slots for g in growth}, growth)
-    for nid in sorted(hosts):  # pass 2's index: the candidates pass 1 needs stay, the others may go
+    for nid in sorted(start.free):  # pass 2's index: the candidates pass 1 needs stay, the others may go
         c = candidates.get(nid)
         if c is not None and c.pod_name in needed:
             start.move(nid, start.free[nid], FREE)
     index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed)
-    if sum(1 for pg in pending if units(pg)) > 1:
-        prove_together(pending, placed, index.copy(), index, candidates, spare, needed)
+    if sum(1 for pg_units in us if pg_units) > 1:
+        prove_together(pending, placed, index.copy(), index, candidates, spare, needed,
+                       lambda: [hosts[n].available for n in sorted(hosts)])
     return needed
 
 
-def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], needed: dict[str, str]) -> FreeIndex:
-    """Every counted node on its free resources now: role ``free`` if it stays, ``cand`` if it may go."""
+def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], shapes: list[Unit]) -> FreeIndex:
+    """Every counted node that could take one of the units ``shapes`` (by its free resources and labels now:
+    a node's free resources only shrink in the passes, so no other node is ever picked, searched or kept),
+    on its free resources now: role ``free`` if it stays, ``cand`` if it may go.
+
+    Nodes of one (labels, free resources) shape are judged once; a node with fewer free GPUs than every
+    unit asks is left out unread (at 20,000 Ray nodes most are busy)."""
+    gpu_floor = min((u.demand.get("GPU", 0.0) for u in shapes), default=0.0) - EPS
+    judged: dict[tuple, tuple | None] = {}  # (labels, free) items as they come -> both sorted, None: takes no unit
+    taken = []
+    for nid, h in hosts.items():
+        if gpu_floor > 0 and h.available.get("GPU", 0.0) < gpu_floor:
+            continue
+        raw = (tuple(h.labels.items()), tuple(h.available.items()))
+        keys = judged.get(raw, judged)
+        if keys is judged:
+            keys = judged[raw] = (tuple(sorted(raw[0])), tuple(sorted(raw[1]))) if any(
+                fits(u.demand, h.available) and matches_all(u.selectors, h.labels) for u in shapes) else None
+        if keys is not None:
+            taken.append((nid, keys))
+    taken.sort()
     index = FreeIndex()
-    for nid in sorted(hosts):
+    for nid, keys in taken:
         c = candidates.get(nid)
-        stays = c is None or c.pod_name in needed
-        index.add(nid, hosts[nid].labels, hosts[nid].available, FREE if stays else CAND,
-                  c.group if c else "", c.rank if c else ())
+        index.add(nid, hosts[nid].labels, hosts[nid].available, FREE if c is None else CAND,
+                  c.group if c else "", c.rank if c else (), keys)
     return index
 
 
@@ -109,18 +133,19 @@ def _why(pg: PlacementGroupView, tail: str = "") -> str:
     return f"placement group {pg.name or pg.pg_id} ({pg.state.value}) needs it to fit{tail}"
 
 
-def _simulate(pending, hosts, index, candidates, spare, slots, growth) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Pass 1 on ``index`` (every counted node, candidates in role ``cand``; changed): (pod name -> why,
-    id -> the node of each unit for the PGs it placed entirely on nodes that now stay, placed one after the
-    other in id order)."""
+def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
+              growth) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Pass 1 on ``index`` (every counted node that could take a unit, candidates in role ``cand``; changed):
+    (pod name -> why, id -> the node of each unit for the PGs it placed entirely on nodes that now stay,
+    placed one after the other in id order). ``units_of``: the units of each PG (changed: STRICT_SPREAD
+    exclusions)."""
     later = _LaterIndex(hosts)
     needed: dict[str, str] = {}
     placed: dict[str, list[str]] = {}
-    for pg in pending:
+    for pg, us in zip(pending, units_of):
         undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
         pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
         unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
-        us = units(pg)
         for u in us:
             nid, picked = _pick(index, u, spare)
             if nid is None:
@@ -187,15 +212,24 @@ def _pick(index: FreeIndex, u: Unit, spare: dict[str, int]) -> tuple[str | None,
 
 
 class _LaterIndex:
-    """Counted nodes by (labels, total), ids sorted: the first that could take a unit once its work ends."""
+    """Counted nodes by (labels, total), ids sorted: the first that could take a unit once its work ends.
+
+    Grouped when first asked (a cycle whose units all fit free capacity never asks), by the items as they
+    come: two groups of one shape give the same answer as one (the lowest id of their firsts)."""
 
     def __init__(self, hosts: dict[str, Host]) -> None:
         self._hosts = hosts
-        groups: dict[tuple, list[str]] = defaultdict(list)
-        for nid in sorted(hosts):
-            h = hosts[nid]
-            groups[(tuple(sorted(h.labels.items())), tuple(sorted(h.total.items())))].append(nid)
-        self._groups = [(hosts[ids[0]].labels, hosts[ids[0]].total, ids) for ids in groups.values()]
+        self._by_shape: list[tuple[dict[str, str], dict[str, float], list[str]]] | None = None
+
+    @property
+    def _groups(self) -> list[tuple[dict[str, str], dict[str, float], list[str]]]:
+        if self._by_shape is None:
+            groups: dict[tuple, list[str]] = defaultdict(list)
+            for nid, h in self._hosts.items():
+                groups[(tuple(h.labels.items()), tuple(h.total.items()))].append(nid)
+            self._by_shape = [(self._hosts[ids[0]].labels, self._hosts[ids[0]].total, sorted(ids))
+                              for ids in groups.values()]
+        return self._by_shape
 
     def first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
         def ok(nid: str) -> bool:

@@ -15,6 +15,8 @@ nodes. Capacity counts only on Ray nodes whose pod exists and is not going away.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Container
+from operator import attrgetter
 from typing import NamedTuple
 
 from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
@@ -31,6 +33,7 @@ from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeV
 from raygpu.plan.pending import Candidate, Growth, needed_by_pending_pgs
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
+_KEEP, _DELETE = DecisionAction.KEEP, DecisionAction.DELETE
 _GONE_PHASES = ("Succeeded", "Failed")
 R = ReclaimReason
 
@@ -42,68 +45,84 @@ class _Worker(NamedTuple):  # one per pod of the cluster: a tuple, built in C
     idle_for_s: float | None  # None: busy or no Ray node
 
 
+_NAME = attrgetter("name")
+
+
 def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float) -> ReclaimPlan:
     """Plan the scale-down of ``cluster``'s idle workers as of ``now_s``.
 
     Returns a plan with one decision per pod of the cluster and one
     ``GroupScaleDown`` per group that shrinks. Never raises on odd input: a
     worker it cannot judge is kept, with its reason.
+
+    Cost: a few passes over the pods and Ray nodes, each a plain loop; the only objects made per pod are
+    its tuple and its ``Decision`` (built without validation, ``Decision.typed``: every value is already
+    typed), and the pending-PG step (``plan.pending``) works on the candidates and nodes that could take a
+    pending bundle.
     """
-    kept: dict[str, Decision] = {}
+    ns = cluster.namespace
     groups: dict[str, GroupTemplate] = {}  # by name, the first of a name as cluster.group() finds it
     for g in cluster.worker_groups:
         groups.setdefault(g.group_name, g)
+    # pod name -> its decision as a row of Decision's fields (Decision.typed_many makes them at the end);
+    # seeded in pod-name order, so that the plan's decisions need no sort
+    decisions: dict[str, tuple | None] = {}
 
     def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
-        kept[w.pod.name] = _decision(w, DecisionAction.KEEP, reason, detail)
+        decisions[w.pod.name] = _row(w, _KEEP, reason, detail)
 
     # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name).
     ray_by_pod: dict[str, RayNodeView] = {}  # of two live nodes with one instance id, the larger node id
     for n in snapshot.ray.nodes:  # (as a dict built in node id order would keep; without sorting them all)
         if n.alive and n.instance_id and ((cur := ray_by_pod.get(n.instance_id)) is None or n.node_id >= cur.node_id):
             ray_by_pod[n.instance_id] = n
-    pods = sorted((p for p in snapshot.k8s.pods
-                   if p.ray_cluster == cluster.name and p.namespace == cluster.namespace),
-                  key=lambda p: p.name)
+    pods = sorted([p for p in snapshot.k8s.pods if p.ray_cluster == cluster.name and p.namespace == ns], key=_NAME)
     workers: list[_Worker] = []
-    going_away: set[tuple[str, str]] = set()  # (namespace, name) of pods on their way out
+    going_away: set[str] = set()  # names of pods on their way out (all in the cluster's namespace)
     for pod in pods:
+        decisions[pod.name] = None
         node = ray_by_pod.get(pod.name)
-        idle_for_s = now_s - node.idle_since_s if node and node.idle_since_s is not None else None
-        w = _Worker(pod, pod.ray_group or (node.node_type if node else None) or "", node, idle_for_s)
-        if pod.is_head or (node is not None and node.is_head):
+        idle_for_s = now_s - node.idle_since_s if node is not None and node.idle_since_s is not None else None
+        w = _Worker(pod, pod.ray_group or (node.node_type if node is not None else None) or "", node, idle_for_s)
+        g = groups.get(w.group)
+        if pod.ray_node_type == "head" or (node is not None and node.is_head):
             keep(w, R.HEAD, "the head is never reclaimed")
-        elif w.group not in groups:
+        elif g is None:
             keep(w, R.ALREADY_DELETING, f"group {w.group!r} is not in the RayCluster spec")
-            going_away.add(_key(pod))
+            going_away.add(pod.name)
         else:
             workers.append(w)
-            if pod.deleting or pod.name in groups[w.group].workers_to_delete:
-                going_away.add(_key(pod))
+            if pod.deleting or (g.workers_to_delete and pod.name in g.workers_to_delete):
+                going_away.add(pod.name)
 
     # 2. Protections, in order; the first that applies is the reason.
     held = _bundle_holders(snapshot.ray.placement_groups)
     candidates: list[_Worker] = []
     drained: set[str] = set()  # candidates by drain (Ray's DRAINING state or ours), not by the idle timeout
+    unreachable = None if snapshot.ray.reachable else f"Ray view unavailable: {snapshot.ray.reason or 'unknown'}"
+    grace_s, live, drained_pods = policy.startup_grace_s, policy.live_reservations, policy.drained_pods
+    timeouts = {g: policy.idle_timeout_for_s(g) for g in groups}
     for w in workers:
-        if not snapshot.ray.reachable:
-            keep(w, R.RAY_UNREACHABLE, f"Ray view unavailable: {snapshot.ray.reason or 'unknown'}")
-        elif going_away and _key(w.pod) in going_away:
+        pod, node = w.pod, w.node
+        if unreachable is not None:
+            keep(w, R.RAY_UNREACHABLE, unreachable)
+        elif going_away and pod.name in going_away:
             keep(w, R.ALREADY_DELETING, "in workersToDelete or being deleted")
-        elif (age_s := now_s - w.pod.created_at_s) < policy.startup_grace_s:
-            keep(w, R.STARTUP_GRACE, f"age {age_s:.0f}s < startup grace {policy.startup_grace_s:.0f}s")
-        elif w.node is not None and w.node.node_id in held:
-            keep(w, R.HOLDS_BUNDLE, f"hosts a bundle of placement group {held[w.node.node_id]}")
-        elif (res := _reservation(w)) and (policy.live_reservations is None or res in policy.live_reservations):
+        elif (age_s := now_s - pod.created_at_s) < grace_s:
+            keep(w, R.STARTUP_GRACE, f"age {age_s:.0f}s < startup grace {grace_s:.0f}s")
+        elif node is not None and held and node.node_id in held:
+            keep(w, R.HOLDS_BUNDLE, f"hosts a bundle of placement group {held[node.node_id]}")
+        elif (res := _reservation(w)) and (live is None or res in live):
             keep(w, R.LIVE_RESERVATION, f"member of live reservation {res}")
-        elif _drained(w, policy) and (w.node is None or w.node.draining or w.idle_for_s is not None):
+        elif ((node is not None and node.draining) or pod.name in drained_pods) \
+                and (node is None or node.draining or w.idle_for_s is not None):
             candidates.append(w)  # the drain proved it idle: no timeout; the protections above still hold
-            drained.add(w.pod.name)
-        elif w.node is None:
+            drained.add(pod.name)
+        elif node is None:
             keep(w, R.NOT_IDLE_LONG_ENOUGH, "no live Ray node for this pod yet")
         elif w.idle_for_s is None:
             keep(w, R.NOT_IDLE_LONG_ENOUGH, "busy")
-        elif w.idle_for_s < (timeout_s := policy.idle_timeout_for_s(w.group)):
+        elif w.idle_for_s < (timeout_s := timeouts[w.group]):
             keep(w, R.NOT_IDLE_LONG_ENOUGH, f"idle {w.idle_for_s:.0f}s < timeout {timeout_s:.0f}s")
         else:
             candidates.append(w)
@@ -112,19 +131,18 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     # rescheduling PGs need to fit, after using every node that stays. Capacity counts
     # only on a Ray node whose pod exists and is not on its way out. It reads step 4's
     # headroom to prefer candidates the group minimum keeps anyway.
-    pending, headroom = _headroom(cluster, {p.name for p in pods})
-    occupants = _occupants(snapshot, going_away)
-    needed = {}
-    if any(pg.state in _PENDING for pg in snapshot.ray.placement_groups):
+    pending, headroom = _headroom(cluster, decisions)
+    occupants = _occupants(snapshot, ns, going_away) if candidates else {}
+    if candidates and any(pg.state in _PENDING for pg in snapshot.ray.placement_groups):
         needed = needed_by_pending_pgs(snapshot.ray.placement_groups, _hosts(ray_by_pod, pods, going_away),
                                        _candidates([w for w in candidates if w.pod.name not in drained],
                                                    occupants, going_away),
                                        _spare(candidates, headroom),
                                        _growth(cluster))
-    for w in candidates:
-        if w.pod.name in needed:
-            keep(w, R.NEEDED_BY_PENDING_PG, needed[w.pod.name])
-    candidates = [w for w in candidates if w.pod.name not in kept]
+        for w in candidates:
+            if w.pod.name in needed:
+                keep(w, R.NEEDED_BY_PENDING_PG, needed[w.pod.name])
+    candidates = [w for w in candidates if decisions[w.pod.name] is None]
 
     # 4. The group minimum: at most headroom[group] deletions per group; the rest
     #    are kept with GROUP_MINIMUM.
@@ -132,8 +150,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     #    then the most idle, then by name), so the minimum keeps the others.
     # 5b. Keep-warm groups (plan.warm): drained candidates go first (they take no work), then the last
     #     warm_targets[group] candidates in that order stay; other groups are untouched.
-    mine = _staying_on_node(candidates, going_away)
     warm = policy.warm_targets
+    mine = _staying_on_node(candidates, going_away)
     candidates.sort(key=lambda w: (w.group in warm and w.pod.name not in drained,
                                    _defrag_key(w, mine, occupants, going_away)))
     allowed = _warm_allowance(candidates, headroom, warm, drained)
@@ -150,16 +168,14 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
                  f" - {len(to_delete[w.group])} planned would go below minReplicas {g.min_replicas}")
 
     # 6. Emit one GroupScaleDown per shrinking group, in spec order; names sorted.
-    decisions = dict(kept)
     scale_downs = []
     for index, g in enumerate(cluster.worker_groups):
         chosen = sorted(to_delete.get(g.group_name, []), key=lambda w: w.pod.name)
         if not chosen:
             continue
         for w in chosen:
-            decisions[w.pod.name] = (
-                _decision(w, DecisionAction.DELETE, R.DRAINED, _drained(w, policy)) if w.pod.name in drained
-                else _decision(w, DecisionAction.DELETE, R.IDLE, _idle_detail(w, policy)))
+            decisions[w.pod.name] = (_row(w, _DELETE, R.DRAINED, _drained(w, policy)) if w.pod.name in drained
+                                     else _row(w, _DELETE, R.IDLE, _idle_detail(w, policy)))
         added = tuple(w.pod.name for w in chosen)
         scale_downs.append(GroupScaleDown(
             group_name=g.group_name, group_index=index, old_replicas=g.replicas,
@@ -169,15 +185,18 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     gone = _staying_on_node(deleted, going_away)  # deleted pods that counted among their node's occupants
     freed = sorted({w.pod.node_name for w in deleted if w.pod.node_name
                     and occupants.get(w.pod.node_name, 0) == gone.get(w.pod.node_name, 0)})
-    return ReclaimPlan(
+    plan = ReclaimPlan(
         cluster=cluster.name, namespace=cluster.namespace,
         cluster_resource_version=cluster.resource_version, planned_at_s=now_s,
         to_delete=tuple(scale_downs),
-        decisions=tuple(decisions[n] for n in sorted(decisions)),
+        decisions=(),
         freed_k8s_nodes=tuple(freed),
         reclaimed_gpus=sum(w.node.gpu_total for w in deleted if w.node),
         idle_gpu_s=sum(w.node.gpu_total * (w.idle_for_s or 0.0) for w in deleted if w.node),
     )
+    # every pod has its row by now, in name order; made Decisions here, and not validated once more one by
+    # one inside the plan (model_copy does not validate: they are Decisions already)
+    return plan.model_copy(update={"decisions": Decision.typed_many(decisions.values())})
 
 
 def _idle_detail(w: _Worker, policy: ReclaimPolicy) -> str:
@@ -197,8 +216,7 @@ def _warm_allowance(candidates: list[_Worker], headroom: dict[str, int], warm: d
     return {g: min(h, gone[g] + max(0, usable[g] - warm[g])) if g in warm else h for g, h in headroom.items()}
 
 
-def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
-           going_away: set[tuple[str, str]]) -> dict[str, RayNodeView]:
+def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView], going_away: set[str]) -> dict[str, RayNodeView]:
     """Ray node id -> capacity that counts: a live Ray node, not DRAINING (Ray places nothing new there),
     whose pod (of this cluster) exists, is not deleting, has not ended and is not on its way out (issue 14
     item 6: a stale Ray node whose pod is gone hosts nothing)."""
@@ -206,13 +224,12 @@ def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView],
     for p in pods:
         node = ray_by_pod.get(p.name)
         if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES \
-                and not (going_away and _key(p) in going_away):
+                and not (going_away and p.name in going_away):
             out[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
     return out
 
 
-def _candidates(candidates: list[_Worker], occupants: dict[str, int],
-                going_away: set[tuple[str, str]]) -> dict[str, Candidate]:
+def _candidates(candidates: list[_Worker], occupants: dict[str, int], going_away: set[str]) -> dict[str, Candidate]:
     """By Ray node id, ranked least wanted deletion first: shares its node with most staying pods, then
     with most fellow candidates, then least idle, then node id."""
     mine = _staying_on_node(candidates, going_away)
@@ -248,10 +265,13 @@ def _drained(w: _Worker, policy: ReclaimPolicy) -> str:
     return ""
 
 
-def _decision(w: _Worker, action: DecisionAction, reason: ReclaimReason, detail: str) -> Decision:
-    return Decision(pod_name=w.pod.name, group=w.group, action=action, reason=reason, detail=detail,
-                    k8s_node_name=w.pod.node_name, ray_node_id=w.node.node_id if w.node else None,
-                    gpus=w.node.gpu_total if w.node else 0.0, idle_for_s=w.idle_for_s)
+def _row(w: _Worker, action: DecisionAction, reason: ReclaimReason, detail: str) -> tuple:
+    """The fields of ``w``'s Decision, in order (``Decision.typed_many``)."""
+    node = w.node
+    if node is None:
+        return (w.pod.name, w.group, action, reason, detail, w.pod.node_name, None, 0.0, w.idle_for_s)
+    return (w.pod.name, w.group, action, reason, detail, w.pod.node_name, node.node_id, node.total.get("GPU", 0.0),
+            w.idle_for_s)
 
 
 def _bundle_holders(pgs: tuple[PlacementGroupView, ...]) -> dict[str, str]:
@@ -265,7 +285,7 @@ def _bundle_holders(pgs: tuple[PlacementGroupView, ...]) -> dict[str, str]:
     return held
 
 
-def _headroom(cluster: RayClusterView, pod_names: set[str]) -> tuple[dict[str, int], dict[str, int]]:
+def _headroom(cluster: RayClusterView, pod_names: Container[str]) -> tuple[dict[str, int], dict[str, int]]:
     """Per group: (deletions still pending, deletions the minimum still allows).
 
     Headroom = replicas - pending - minReplicas, where pending counts the listed
@@ -281,10 +301,6 @@ def _headroom(cluster: RayClusterView, pod_names: set[str]) -> tuple[dict[str, i
     return pending, headroom
 
 
-def _key(pod: K8sPodView) -> tuple[str, str]:
-    return (pod.namespace, pod.name)
-
-
 def _reservation(w: _Worker) -> str | None:
     """The reservation a worker belongs to: its pod label, else its rg- group."""
     if LABEL_RESERVATION in w.pod.labels:
@@ -292,23 +308,25 @@ def _reservation(w: _Worker) -> str | None:
     return w.group if w.group.startswith(RESERVATION_GROUP_PREFIX) else None
 
 
-def _stays(pod: K8sPodView, going_away: set[tuple[str, str]]) -> bool:
-    """The pod will still be on its Kubernetes node after this plan, unless the plan deletes it."""
+def _stays(pod: K8sPodView, going_away: set[str]) -> bool:
+    """The pod (of the cluster) will still be on its Kubernetes node after this plan, unless the plan deletes it."""
     return bool(pod.node_name) and not pod.deleting and pod.phase not in _GONE_PHASES \
-        and not (going_away and _key(pod) in going_away)
+        and not (going_away and pod.name in going_away)
 
 
-def _occupants(snapshot: Snapshot, going_away: set[tuple[str, str]]) -> dict[str, int]:
-    """Kubernetes node name -> how many pods will still be on it (counts, not sets: one cycle at 10,000
-    nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full garbage collection)."""
+def _occupants(snapshot: Snapshot, namespace: str, going_away: set[str]) -> dict[str, int]:
+    """Kubernetes node name -> how many pods (of any cluster) will still be on it (counts, not sets: one cycle
+    at 10,000 nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full garbage
+    collection). ``going_away``: names in the cluster's ``namespace``."""
     out: dict[str, int] = defaultdict(int)
     for p in snapshot.k8s.pods:
-        if _stays(p, going_away):
+        if p.node_name and not p.deleting and p.phase not in _GONE_PHASES \
+                and not (going_away and p.name in going_away and p.namespace == namespace):
             out[p.node_name] += 1
     return out
 
 
-def _staying_on_node(workers: list[_Worker], going_away: set[tuple[str, str]]) -> dict[str, int]:
+def _staying_on_node(workers: list[_Worker], going_away: set[str]) -> dict[str, int]:
     """Kubernetes node name -> how many of ``workers`` are among its occupants (``_occupants``)."""
     out: dict[str, int] = defaultdict(int)
     for w in workers:
@@ -317,7 +335,7 @@ def _staying_on_node(workers: list[_Worker], going_away: set[tuple[str, str]]) -
     return out
 
 
-def _defrag_key(w: _Worker, mine: dict[str, int], occupants: dict[str, int], going_away: set[tuple[str, str]]) -> tuple:
+def _defrag_key(w: _Worker, mine: dict[str, int], occupants: dict[str, int], going_away: set[str]) -> tuple:
     """Sort key: fewest pods that stay on its node, fewest fellow candidates, most idle, name.
 
     ``w`` is one of the candidates ``mine`` counts per node; of the other occupants of its node, those that

@@ -19,6 +19,7 @@ placed on its own stays: what cannot be proved safe is not deleted.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Callable, Iterable
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.free_index import CAND, EPS, FREE, FreeIndex, fits
@@ -28,13 +29,16 @@ _Taken = tuple[PlacementGroupView, list[Unit], list[str]]  # a PG of ``taken``, 
 
 
 def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str]], cur: FreeIndex,
-                   base: FreeIndex, candidates: dict, spare: dict[str, int], needed: dict[str, str]) -> None:
+                   base: FreeIndex, candidates: dict, spare: dict[str, int], needed: dict[str, str],
+                   supply_of: Callable[[], Iterable[dict[str, float]]]) -> None:
     """Keep (add to ``needed``: pod name -> why) the candidates that the PGs fitting together need.
 
     ``pending``: the pending and rescheduling PGs; ``placed``: id -> node per unit of the PGs the simulation
     placed on nodes that stay; ``cur`` and ``base``: two fresh indexes of every counted node on its free
     resources (roles: stays or candidate); ``cur`` gets the placements of ``taken`` subtracted; ``candidates``
-    (node id -> ``plan.pending.Candidate``) and ``spare`` as for ``plan.pending.needed_by_pending_pgs``.
+    (node id -> ``plan.pending.Candidate``) and ``spare`` as for ``plan.pending.needed_by_pending_pgs``;
+    ``supply_of()``: the free resources of every counted node (the indexes hold only those that could take
+    a unit), summed for a quick "not enough for all of them" test.
     """
     order = sorted(pending, key=lambda pg: (pg.state is not PgState.RESCHEDULING, pg.pg_id))
     taken: list[_Taken] = []
@@ -73,7 +77,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
         group = taken + [(pg, us, [])]
         joint = [Unit(u.demand, u.selectors, u.allowed, u.excluded, u.spread, owner)
                  for owner, (_, tus, _) in enumerate(group) for u in tus]
-        supply = supply or _sum(base.free.values())
+        supply = supply or _sum(supply_of())
         if any(v > supply.get(k, 0.0) + EPS for k, v in _sum(u.demand for u in joint).items()):
             continue  # proved: not enough resources for all of them
         found = find_placement(joint, base, spare, candidates_too=False)

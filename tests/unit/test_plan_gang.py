@@ -286,3 +286,18 @@ def test_index_ops_catch_a_reorder():
 def test_bad_patch_input_raises(build):
     with pytest.raises(PermanentError):
         build()
+
+
+def test_gang_templates_parse_the_cluster_policy_once_for_every_request():
+    """gang_templates carries the cluster's annotations parsed; plan_gang with it decides as without it
+    (the golden comparison in test_decision_equivalence.py covers every case)."""
+    from raygpu.model.annotations import parse_cluster_policy
+    from raygpu.model.labels import KEY_GANG_BACKEND
+    from raygpu.plan.gang import gang_templates
+
+    view = cluster().worker("gpu", gpus=8).obj().model_copy(update={"annotations": {KEY_GANG_BACKEND: "volcano"}})
+    t = gang_templates(view)
+    assert t.policy == parse_cluster_policy(view.annotations)[0] and t.policy.gang_backend is Backend.VOLCANO
+    req = GangRequest(name="g", cluster=view.name, namespace=view.namespace, bundles=[{"GPU": 1}] * 3)
+    assert plan_gang(req, view, templates=t) == plan_gang(req, view)
+    assert plan_gang(req, view, templates=t).backend is Backend.VOLCANO

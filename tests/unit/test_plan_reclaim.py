@@ -233,3 +233,22 @@ def test_a_placement_the_planner_cannot_prove_keeps_every_candidate_that_could_h
     assert p.decision("w1").reason is R.NEEDED_BY_PENDING_PG and p.decision("w2").reason is R.NEEDED_BY_PENDING_PG
     assert "cannot prove" in p.decision("w2").detail
     assert p.deleted_pods == ("w3",)
+
+
+def test_decisions_built_without_validation_are_the_validated_ones():
+    """Decision.typed_many (plan_reclaim's one per pod) equals Decision(...) of the same values, state
+    included: fields in order (8 and 8.0 differ in JSON), fields set, extra and private (what pickling and
+    copying carry), hash, and a copy with a change."""
+    from raygpu.model.reclaim import Decision
+
+    rows = [("w1", "gpu", DecisionAction.KEEP, R.NOT_IDLE_LONG_ENOUGH, "busy", "k8s-1", "ray-1", 8.0, None),
+            ("w2", "", DecisionAction.DELETE, R.IDLE, "idle 900s >= timeout 600s", None, None, 0.0, 900.0)]
+    names = ("pod_name", "group", "action", "reason", "detail", "k8s_node_name", "ray_node_id", "gpus", "idle_for_s")
+    fast = Decision.typed_many(iter(rows))
+    assert isinstance(fast, tuple) and len(fast) == 2
+    for d, row in zip(fast, rows):
+        slow = Decision(**dict(zip(names, row)))
+        assert d.__getstate__() == slow.__getstate__() and list(d.__dict__) == list(slow.__dict__)
+        assert d.model_dump_json() == slow.model_dump_json() and hash(d) == hash(slow)
+        assert d.model_copy(update={"detail": "x"}) == slow.model_copy(update={"detail": "x"})
+        assert d.model_copy(update={"detail": "x"}).__pydantic_fields_set__ == set(names)
