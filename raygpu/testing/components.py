@@ -17,7 +17,7 @@ from pathlib import Path
 VERSIONS = {
     "kubernetes": "v1.34.4",  # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl
     "scheduler-plugins": "v0.34.7",  # coscheduling; released for 1.34.7, built against 1.34.4
-    "kuberay": "v1.5.0",  # ray-operator, its own build
+    "kuberay": "v1.6.2",  # ray-operator, its own build (k8s 0.35 libs); v1.7.0 is refused by the proxy
     "kueue": "v0.17.0",
     "kwok": "v0.8.0",
     "etcd": "v3.6.16",

@@ -11,7 +11,7 @@ K8S_VERSION="${K8S_VERSION:-v1.34.4}"          # kube-apiserver/scheduler/contro
 # (v1.34.7 would match scheduler-plugins exactly, but the module proxy refuses
 #  several of its staging modules, e.g. k8s.io/cri-client@v0.34.7: 403.)
 SCHED_PLUGINS_VERSION="${SCHED_PLUGINS_VERSION:-v0.34.7}"  # released for k8s 1.34.7, built here against 1.34.4
-KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"   # own build (go install): no replace lines, its own k8s libraries
+KUBERAY_VERSION="${KUBERAY_VERSION:-v1.6.2}"   # own build: 1.6 needs k8s 0.35 libs (1.7.0 refused by the proxy: docs/decisions.md)
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
