@@ -17,7 +17,7 @@ from pathlib import Path
 VERSIONS = {
     "kubernetes": "v1.34.4",  # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl
     "scheduler-plugins": "v0.34.7",  # coscheduling; released for 1.34.7, built against 1.34.4
-    "kuberay": "v1.5.0",  # ray-operator
+    "kuberay": "v1.6.2",  # ray-operator, its own build (k8s 0.35 libs); v1.7.0 is refused by the proxy
     "kueue": "v0.17.0",
     "kwok": "v0.8.0",
     "etcd": "v3.6.16",
@@ -25,6 +25,10 @@ VERSIONS = {
 }
 
 BUILD_SCRIPT = Path(__file__).parent / "scripts" / "build-components.sh"
+# the build script's environment variable for each pinned version (so the script builds what _dirs() names)
+VERSION_ENV = {"kubernetes": "K8S_VERSION", "scheduler-plugins": "SCHED_PLUGINS_VERSION",
+               "kuberay": "KUBERAY_VERSION", "kueue": "KUEUE_VERSION", "kwok": "KWOK_VERSION",
+               "etcd": "ETCD_VERSION", "helm": "HELM_VERSION"}
 
 
 def cache_dir() -> Path:
@@ -53,7 +57,8 @@ def _dirs() -> dict[str, Path]:
     b = cache_dir() / "bin"
     v = VERSIONS
     return {
-        "k8s": b / f"k8s-{v['kubernetes']}-sp-{v['scheduler-plugins']}-kuberay-{v['kuberay']}",
+        "k8s": b / f"k8s-{v['kubernetes']}-sp-{v['scheduler-plugins']}",
+        "kuberay": b / f"kuberay-{v['kuberay']}",
         "kueue": b / f"kueue-{v['kueue']}",
         "kwok": b / f"kwok-{v['kwok']}",
         "etcd": b / f"etcd-{v['etcd']}",
@@ -95,7 +100,7 @@ def ensure_built(progress=print) -> Binaries:
         progress(f"building testbed components from the Go module proxy: {', '.join(todo)} "
                  f"(cold cache: about 30-45 min on 2 cores; cached in {cache_dir()}/bin)")
         t0 = time.monotonic()
-        env = dict(os.environ, RAYGPU_CACHE=str(cache_dir()))
+        env = dict(os.environ, RAYGPU_CACHE=str(cache_dir()), **{VERSION_ENV[k]: v for k, v in VERSIONS.items()})
         for name in todo:
             proc = subprocess.run(["bash", str(BUILD_SCRIPT), name], env=env, stdout=sys.stderr, stderr=sys.stderr)
             if proc.returncode != 0:
@@ -112,10 +117,10 @@ def ensure_built(progress=print) -> Binaries:
         kubectl=k / "kubectl",
         sp_scheduler=k / "sp-scheduler",
         sp_controller=k / "sp-controller",
-        ray_operator=k / "ray-operator",
+        ray_operator=d["kuberay"] / "ray-operator",
         kueue=d["kueue"] / "kueue",
         kwok=d["kwok"] / "kwok",
-        kuberay_crds=k / "crds" / "kuberay",
+        kuberay_crds=d["kuberay"] / "crds",
         scheduler_plugins_crds=k / "crds" / "scheduler-plugins",
         kueue_config=d["kueue"] / "crds",
         kwok_stages=d["kwok"] / "crds",

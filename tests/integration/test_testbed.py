@@ -8,6 +8,7 @@ import sys
 
 from kubernetes import client
 
+from raygpu.testing import components
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.util import alive_ray_nodes, pods, ray_address, wait_for
@@ -56,6 +57,13 @@ def test_raycluster_pods_become_real_ray_nodes_and_workers_to_delete_kills_one(t
     assert any(c["address"] == addr for c in status["ray_clusters"])
     assert status["components"]["kube-apiserver"]["version"] == "v1.34.4"
     assert all(c["alive"] and c["pid"] > 0 for c in status["components"].values())
+    # The operator that made these pods is the pinned one, not a testbed left running with another build:
+    # KubeRay >= 1.6 stamps its version on the head pod (upgrade-strategy hash); 1.5 stamps nothing.
+    want = components.VERSIONS["kuberay"]
+    [head] = pods(core, ns, "ray.io/node-type=head")
+    stamped = (head["metadata"].get("annotations") or {}).get("ray.io/kuberay-version")
+    newer = tuple(int(x) for x in want.lstrip("v").split(".")[:2]) >= (1, 6)
+    assert stamped == (want if newer else None)
 
     victim = names[0]
     crd = kube.resources.get(api_version="ray.io/v1", kind="RayCluster")

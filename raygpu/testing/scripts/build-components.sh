@@ -11,7 +11,7 @@ K8S_VERSION="${K8S_VERSION:-v1.34.4}"          # kube-apiserver/scheduler/contro
 # (v1.34.7 would match scheduler-plugins exactly, but the module proxy refuses
 #  several of its staging modules, e.g. k8s.io/cri-client@v0.34.7: 403.)
 SCHED_PLUGINS_VERSION="${SCHED_PLUGINS_VERSION:-v0.34.7}"  # released for k8s 1.34.7, built here against 1.34.4
-KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"   # k8s 0.34 libs: shares the k8s module
+KUBERAY_VERSION="${KUBERAY_VERSION:-v1.6.2}"   # own build: 1.6 needs k8s 0.35 libs (1.7.0 refused by the proxy: docs/decisions.md)
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
@@ -29,9 +29,9 @@ log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 stamp_ok() { [ -f "$1/.done" ]; }
 
-# ---- set 1: kubernetes + scheduler-plugins + kuberay (one module, one compile)
+# ---- set 1: kubernetes + scheduler-plugins (one module, one compile)
 build_k8s() {
-  local out="$CACHE/bin/k8s-$K8S_VERSION-sp-$SCHED_PLUGINS_VERSION-kuberay-$KUBERAY_VERSION"
+  local out="$CACHE/bin/k8s-$K8S_VERSION-sp-$SCHED_PLUGINS_VERSION"
   if stamp_ok "$out"; then log "k8s set cached: $out"; echo "$out"; return; fi
   local t0=$SECONDS src="$CACHE/src/k8s-$K8S_VERSION"
   mkdir -p "$src" "$out"
@@ -47,7 +47,6 @@ build_k8s() {
     echo "require ("
     echo "  k8s.io/kubernetes $K8S_VERSION"
     echo "  sigs.k8s.io/scheduler-plugins $SCHED_PLUGINS_VERSION"
-    echo "  github.com/ray-project/kuberay/ray-operator $KUBERAY_VERSION"
     echo ")"
     echo
     echo "replace ("
@@ -67,10 +66,9 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "sigs.k8s.io/scheduler-plugins/cmd/scheduler"
 	_ "sigs.k8s.io/scheduler-plugins/cmd/controller"
-	_ "github.com/ray-project/kuberay/ray-operator"
 )
 GO
-  (cd "$src" && retry go mod tidy) || { log "FAILED: go mod tidy for the k8s set (k8s.io/kubernetes@$K8S_VERSION, scheduler-plugins@$SCHED_PLUGINS_VERSION, kuberay@$KUBERAY_VERSION)"; exit 1; }
+  (cd "$src" && retry go mod tidy) || { log "FAILED: go mod tidy for the k8s set (k8s.io/kubernetes@$K8S_VERSION, scheduler-plugins@$SCHED_PLUGINS_VERSION)"; exit 1; }
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*} -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
   log "k8s set: compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
   (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/" \
@@ -81,13 +79,9 @@ GO
   (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/sp-scheduler" sigs.k8s.io/scheduler-plugins/cmd/scheduler \
       && go build -trimpath -ldflags "$ld" -o "$out/sp-controller" sigs.k8s.io/scheduler-plugins/cmd/controller) \
     || { log "FAILED: scheduler-plugins $SCHED_PLUGINS_VERSION"; exit 1; }
-  log "k8s set: compiling kuberay ray-operator $KUBERAY_VERSION"
-  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out/ray-operator" github.com/ray-project/kuberay/ray-operator) \
-    || { log "FAILED: kuberay ray-operator $KUBERAY_VERSION"; exit 1; }
   # CRDs straight from the modules the binaries were built from.
   local moddir; moddir=$(go env GOMODCACHE)
-  mkdir -p "$out/crds/kuberay" "$out/crds/scheduler-plugins"
-  cp "$moddir/github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION"/config/crd/bases/*.yaml "$out/crds/kuberay/"
+  mkdir -p "$out/crds/scheduler-plugins"
   # PodGroup (coscheduling) and ElasticQuota (the PodGroup controller watches both)
   cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/coscheduling/crd.yaml "$out/crds/scheduler-plugins/podgroups.yaml"
   cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/capacityscheduling/crd.yaml "$out/crds/scheduler-plugins/elasticquotas.yaml"
@@ -98,7 +92,7 @@ GO
   echo "$out"
 }
 
-# ---- set 2..4: modules without replace lines: go install with GOBIN
+# ---- kuberay, kueue, kwok, helm: modules without replace lines: go install with GOBIN
 build_install() {  # name version pkg crd_subdir [ldflags]
   local name=$1 ver=$2 pkg=$3 crds=${4:-} ld="-s -w ${5:-}"
   local out="$CACHE/bin/$name-$ver"
@@ -139,6 +133,7 @@ case "$only" in
   all|etcd) build_etcd >/dev/null ;;& 
   all|kwok) build_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kustomize/stage >/dev/null ;;&
   all|k8s) build_k8s >/dev/null ;;&
+  all|kuberay) build_install kuberay "$KUBERAY_VERSION" github.com/ray-project/kuberay/ray-operator config/crd/bases >/dev/null ;;&
   all|kueue) build_install kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue config/components >/dev/null ;;&
   # helm has no replace lines; without the -X its `helm version` says only "v4.3"
   all|helm) build_install helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm "" \
