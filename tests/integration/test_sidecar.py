@@ -33,6 +33,7 @@ from tests.integration.sidecar_helpers import (
     refusals,
 )
 from tests.integration.util import alive_ray_nodes, holds_for, pods, wait_for
+from tests.unit.test_deploy_image import expected_tag
 
 
 # -------------------------------------------------------------------- tests
@@ -282,7 +283,7 @@ def test_example_raycluster_with_sidecar_is_accepted_by_the_api_server(testbed, 
     head = out["spec"]["headGroupSpec"]["template"]["spec"]
     assert head["serviceAccountName"] == "raygpu-sidecar"
     sidecar = next(c for c in head["containers"] if c["name"] == "raygpu-sidecar")
-    assert sidecar["command"] == ["raygpu", "sidecar"] and sidecar["image"] == "raygpu:0.1.0"
+    assert sidecar["command"] == ["raygpu", "sidecar"] and sidecar["image"] == f"raygpu:{expected_tag()}"
     assert out["metadata"]["annotations"]["raygpu.io/reclaim"] == "on"
 
 
