@@ -80,8 +80,6 @@ def test_the_chart_with_sidecar_policy_adds_the_objects_of_deploy_sidecar_policy
 DRIVER_OVERLAY = REPO / "deploy" / "examples" / "driver-overlay"
 
 
-@pytest.mark.skipif(not (DRIVER_OVERLAY / "kustomization.yaml").exists(),
-                    reason="deploy/driver is not on this branch yet (it comes from h2/driver)")
 def test_the_chart_with_driver_adds_the_objects_of_the_driver_overlay():
     driver = kustomize(DRIVER_OVERLAY)  # namespace ray, RayCluster gpu-cluster
     assert [o["kind"] for o in driver] == ["Role", "RoleBinding", "ServiceAccount"]
