@@ -159,38 +159,36 @@ def test_mig_bundles_are_planned_as_slices_and_land(testbed, ns, pool, kube):
         ray.shutdown()
 
 
-def test_example_gang_training_runs(testbed, ns, cluster):
+def run_example(script: str, testbed, ns: str, cluster: str) -> tuple[str, list[dict]]:
+    """Run ``examples/<script>`` on this driver's Ray and the testbed (2 workers, backend none): its stdout and
+    the JSON lines it printed, once it exited 0 and its reservation is gone."""
     addr = ray.get_runtime_context().gcs_address
-    out = subprocess.run([sys.executable, "examples/gang_training.py", "--address", addr, "--cluster", cluster,
+    out = subprocess.run([sys.executable, f"examples/{script}", "--address", addr, "--cluster", cluster,
                           "--namespace", ns, "--workers", "2", "--backend", "none", "--timeout-s", "150",
                           "--kubeconfig", str(testbed.kubeconfig)], capture_output=True, text=True, timeout=300,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert out.returncode == 0, out.stderr[-2000:]
-    shards = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    kube = KubeAdapter(str(testbed.kubeconfig))
+    assert wait_for("released after the example", lambda: nothing_left(kube, ns, cluster) or None, 60)
+    return out.stdout, [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_example_gang_training_runs(testbed, ns, cluster):
+    stdout, shards = run_example("gang_training.py", testbed, ns, cluster)
     assert sorted(s["rank"] for s in shards) == [0, 1]
     assert all(s["pod"].startswith("c-rg-gang-training") for s in shards), shards
     assert all(len(s["gpu_ids"]) == 8 for s in shards)
-    assert "trained on 2 reserved pods" in out.stdout
-    kube = KubeAdapter(str(testbed.kubeconfig))
-    assert wait_for("released after the example", lambda: nothing_left(kube, ns, cluster) or None, 60)
+    assert "trained on 2 reserved pods" in stdout
 
 
 def test_example_gang_async_runs_without_blocking_its_event_loop(testbed, ns, cluster):
     """examples/gang_async.py: the async face on real Ray and the testbed (issue 16 item 6)."""
-    addr = ray.get_runtime_context().gcs_address
-    out = subprocess.run([sys.executable, "examples/gang_async.py", "--address", addr, "--cluster", cluster,
-                          "--namespace", ns, "--workers", "2", "--backend", "none", "--timeout-s", "150",
-                          "--kubeconfig", str(testbed.kubeconfig)], capture_output=True, text=True, timeout=300,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    _, lines = run_example("gang_async.py", testbed, ns, cluster)
     shards = [x for x in lines if "rank" in x]
     assert sorted(s["rank"] for s in shards) == [0, 1]
     assert all(s["pod"].startswith("c-rg-gang-async") and len(s["gpu_ids"]) == 8 for s in shards), shards
     turns = next(x["loop_turns_while_waiting"] for x in lines if "loop_turns_while_waiting" in x)
     assert turns > 0  # the heartbeat task ran while the driver awaited the reservation
-    kube = KubeAdapter(str(testbed.kubeconfig))
-    assert wait_for("released after the example", lambda: nothing_left(kube, ns, cluster) or None, 60)
 
 
 @pytest.mark.parametrize("state, cluster_label", [("ready", "c"), ("released", "other")])
