@@ -229,9 +229,12 @@ class KubeAdapter:
             raise err from e
 
     def list(self, api_version: str, kind: str, namespace: str | None = None,
-             label_selector: str = "") -> list[dict[str, Any]]:
+             label_selector: str = "", field_selector: str = "") -> list[dict[str, Any]]:
+        """Objects of ``kind`` (all namespaces when ``namespace`` is None) matching both selectors."""
+        kw = {"field_selector": field_selector} if field_selector else {}
         try:
-            return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector, **self._t).to_dict()["items"]
+            return self._res(api_version, kind).get(namespace=namespace, label_selector=label_selector,
+                                                    **kw, **self._t).to_dict()["items"]
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"list {kind} in {namespace}", self._need("list", api_version, kind, namespace)) from e
 

@@ -37,6 +37,13 @@ class Event(NamedTuple):
     message: str
 
 
+def _field(obj: dict, path: str) -> str:
+    """The value at a dotted field path (``spec.nodeName``) as the API server compares it: a string, '' if unset."""
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return "" if obj is None else str(obj)
+
+
 class FakeKube:
     def __init__(self, raw: dict[str, Any], *, pods: Iterable[K8sPodView] = (), conflicts: int = 0,
                  bare_422: bool = False, kuberay: bool = False) -> None:
@@ -138,12 +145,14 @@ class FakeKube:
         obj = self.objects.get((kind, name))
         return copy.deepcopy(obj) if obj is not None else None
 
-    def list(self, api_version, kind, namespace=None, label_selector=""):
-        self._maybe_fail("list", api_version, kind, namespace, label_selector)
+    def list(self, api_version, kind, namespace=None, label_selector="", field_selector=""):
+        self._maybe_fail("list", api_version, kind, namespace, label_selector, field_selector)
         terms = [t.split("=", 1) for t in label_selector.split(",") if t]
+        fields = [t.split("=", 1) for t in field_selector.split(",") if t]  # only path=value, as the guard uses
         return [copy.deepcopy(o) for (k, _), o in self.objects.items() if k == kind and all(
             (o["metadata"].get("labels") or {}).get(t[0]) == t[1] if len(t) == 2
-            else t[0] in (o["metadata"].get("labels") or {}) for t in terms)]
+            else t[0] in (o["metadata"].get("labels") or {}) for t in terms)
+            and all(_field(o, path) == value for path, value in fields)]
 
     def merge_patch(self, api_version, kind, name, namespace, body):
         self._maybe_fail("merge_patch", api_version, kind, name, namespace, body)

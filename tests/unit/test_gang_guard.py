@@ -254,3 +254,21 @@ def test_a_bad_max_hold_gets_an_event_and_the_default():
     world = World(annotations={"raygpu.io/max-hold": "soon"})
     assert world.rsv.guard.max_hold_s == 900.0
     assert [(e.reason, e.type) for e in world.kube.events] == [("InvalidAnnotation", "Warning")]
+
+
+def test_after_choosing_its_nodes_a_step_reads_only_those_nodes_and_the_pods_bound_there():
+    world = World()
+    for i in range(50):  # a bigger cluster: none of it should be read on every step
+        world.kube.objects[("Node", f"x{i}")] = node(f"x{i}")
+        world.kube.objects[("Pod", f"u{i}")] = tenant(f"u{i}", f"x{i}", 8)
+    world.step()  # chooses n2 and n3 (one full read), creates the blockers
+    world.kube.calls.clear()
+    world.step()
+    reads = [(m, a) for m, a in world.kube.calls if m in ("list", "get") and a[1] in ("Node", "Pod")]
+    assert sorted(a[2] for m, a in reads if m == "get") == ["n2", "n3"]
+    pod_lists = [a for m, a in reads if m == "list"]
+    assert all(a[4] or a[3] for a in pod_lists)  # every Pod list is narrowed by a label or field selector
+    assert sorted(a[4] for a in pod_lists if a[4]) == ["spec.nodeName=n2", "spec.nodeName=n3"]
+    del world.kube.objects[("Pod", "t3")]  # and what it reads is enough to see room and swap
+    world.step()
+    assert world.pod_patches()
