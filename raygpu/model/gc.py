@@ -22,9 +22,9 @@ from enum import Enum
 from typing import Any
 
 from raygpu.model.base import Frozen, timestamp_s
-from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
-                                 ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION,
-                                 dns_label)
+from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_HEARTBEAT,
+                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_RESERVATION_STATE, KEY_GUARD_SCOPE,
+                                 LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
 from raygpu.model.raycluster import GroupTemplate
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
@@ -58,6 +58,8 @@ class ReservationRecord(Frozen):
     created_at_s: float = 0.0
     uid: str = ""
     owner_uids: tuple[str, ...] = ()  # uids of its RayCluster ownerReferences
+    guard_scope: str | None = None  # label raygpu.io/guard-scope: a guarded reservation's scope (docs/guard.md)
+    guard_timeouts: int = 0  # annotation raygpu.io/guard-timeouts: its holds that ran out (0 if absent or bad)
 
     def owned_by(self, cluster: str, cluster_uid: str) -> bool:
         """True when raygpu provably created this ConfigMap for RayCluster ``cluster`` (uid ``cluster_uid``).
@@ -90,7 +92,15 @@ class ReservationRecord(Frozen):
                    or None, owner_job=labels.get(LABEL_OWNER_JOB) or None,
                    heartbeat_at_s=_seconds(ann.get(ANNOTATION_HEARTBEAT)),
                    deadline_at_s=_seconds(ann.get(ANNOTATION_DEADLINE)),
-                   created_at_s=timestamp_s(md.get("creationTimestamp")), uid=md.get("uid", ""))
+                   created_at_s=timestamp_s(md.get("creationTimestamp")), uid=md.get("uid", ""),
+                   guard_scope=labels.get(KEY_GUARD_SCOPE) or None, guard_timeouts=_count(ann.get(ANNOTATION_GUARD_TIMEOUTS)))
+
+
+def _count(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def is_reservation_group(group: GroupTemplate) -> bool:

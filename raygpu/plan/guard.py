@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 
 from raygpu.model.base import Frozen
 from raygpu.model.gang import NodeFree
+from raygpu.model.gc import ReservationRecord
 from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
 
 
@@ -144,3 +145,26 @@ def plan_hold(units: Sequence[HoldUnit], blockers: Sequence[Blocker], free: Mapp
                         reason=f"all {blocked} nodes blocked and room for the gang on each")
     return HoldStep(to_create=missing, blocked=blocked, wanted=len(units), short=short,
                     reason=f"{blocked}/{len(units)} nodes blocked; waiting for room on {', '.join(short) or '-'}")
+
+
+class ScopeGauges(Frozen):
+    """What the sidecar exports about one guard scope (docs/metrics of reclaim.metrics)."""
+
+    scope: str
+    waiting: int  # guarded gangs not yet admitted (state planned or reserved)
+    timeouts: int  # holds of those gangs that ran out (raygpu.io/guard-timeouts, summed)
+    longest_wait_s: float  # the longest any of them has waited, on the caller's clock since it first saw it
+
+
+def guard_gauges(reservations: Sequence[ReservationRecord], first_seen_s: Mapping[str, float],
+                 now_s: float) -> tuple[ScopeGauges, ...]:
+    """Per scope with a waiting guarded gang, sorted by scope. ``first_seen_s``: state ConfigMap name -> when
+    the caller first saw it (its own clock; a name it never saw counts as seen now). Gangs that are not
+    guarded, or no longer wait, are left out; a scope with none waiting is absent."""
+    by_scope: dict[str, list[ReservationRecord]] = {}
+    for r in reservations:
+        if r.guard_scope and r.state in ("planned", "reserved"):
+            by_scope.setdefault(r.guard_scope, []).append(r)
+    return tuple(ScopeGauges(scope=s, waiting=len(rs), timeouts=sum(r.guard_timeouts for r in rs),
+                             longest_wait_s=max(max(0.0, now_s - first_seen_s.get(r.name, now_s)) for r in rs))
+                 for s, rs in sorted(by_scope.items()))

@@ -51,6 +51,7 @@ from raygpu.model.views import RayView
 from raygpu.plan.cycle import plan_cycle
 from raygpu.adapters.ray_gcs import drain_idle_node
 from raygpu.plan.gc import NEEDS_LIVE_READ
+from raygpu.plan.guard import guard_gauges
 from raygpu.reclaim.apply import ApplyStatus, ReleaseStatus, apply_reclaim, apply_release
 from raygpu.reclaim.confirm import confirm_release
 from raygpu.reclaim.drain import DrainMemory, Drain, drain_workers
@@ -362,6 +363,7 @@ class Reclaimer:
         idle_gpus = sum(n.gpu_total for n in ray.nodes
                         if n.alive and not n.is_head and n.instance_id in pods and n.idle_since_s is not None)
         m.idle_gpus.set(idle_gpus)
+        m.set_guard(guard_gauges(view.reservations, self._gc_memory.first_seen_s(), now_s))
         m.reclaimable_gpus.set(plan.reclaimed_gpus)
         if self._last_cycle_s is not None and now_s > self._last_cycle_s:
             dt_s = min(now_s - self._last_cycle_s, 5 * self.config.interval_s + self.config.ray_timeout_s)

@@ -26,6 +26,10 @@ class GcMemory:
         a heartbeat the cache missed."""
         return self._seen
 
+    def first_seen_s(self) -> dict[str, float]:
+        """State ConfigMap name -> when this process first saw it (as of the last ``seen_at``)."""
+        return {name: at.first_s for name, (_, _, at) in self._seen.items()}
+
     def seen_at(self, reservations: tuple[ReservationRecord, ...], now_s: float) -> dict[str, SeenAt]:
         """When this process first saw each state ConfigMap, and saw its heartbeat take its current value."""
         seen = {}

@@ -19,14 +19,21 @@ raygpu_gc_reservations_released_total{reason}  counter    reservations released 
 raygpu_reclaim_invalid_annotations_total       counter    distinct bad annotation values seen
 raygpu_reclaim_warm_target{group}              gauge      idle workers the keep-warm policy keeps in a group
                                                           (idle-timeout auto); absent while on its fallback
+raygpu_guard_waiting_gangs{scope}              gauge      guarded gangs waiting in a starvation-guard scope
+                                                          (docs/guard.md); absent when none waits
+raygpu_guard_timeouts{scope}                   gauge      holds of those waiting gangs that ran out max-hold
+raygpu_guard_longest_wait_seconds{scope}       gauge      longest wait of one of them, on the sidecar's clock
+                                                          since it first saw the gang (restart: from then)
 =============================================  =========  ===============================================
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from raygpu.plan.guard import ScopeGauges
 
 
 class SidecarMetrics:
@@ -56,6 +63,28 @@ class SidecarMetrics:
                                            "Distinct bad raygpu annotation values seen", registry=r)
         self.warm_target = Gauge("raygpu_reclaim_warm_target", "Idle workers the keep-warm policy keeps warm",
                                  ["group"], registry=r)
+
+        self.guard_waiting = Gauge("raygpu_guard_waiting_gangs", "Guarded gangs waiting in a scope", ["scope"],
+                                   registry=r)
+        self.guard_timeouts = Gauge("raygpu_guard_timeouts", "Holds of waiting guarded gangs that ran out max-hold",
+                                    ["scope"], registry=r)
+        self.guard_longest_wait = Gauge("raygpu_guard_longest_wait_seconds",
+                                        "Longest wait of a guarded gang in a scope (the sidecar's clock)", ["scope"],
+                                        registry=r)
+        self._guard_scopes: set[str] = set()
+
+    def set_guard(self, scopes: Iterable[ScopeGauges]) -> None:
+        """The guard gauges of this cycle; a scope no longer listed is removed (absent, not a stale value)."""
+        now = set()
+        for g in scopes:
+            now.add(g.scope)
+            self.guard_waiting.labels(g.scope).set(g.waiting)
+            self.guard_timeouts.labels(g.scope).set(g.timeouts)
+            self.guard_longest_wait.labels(g.scope).set(g.longest_wait_s)
+        for gone in self._guard_scopes - now:
+            for gauge in (self.guard_waiting, self.guard_timeouts, self.guard_longest_wait):
+                gauge.remove(gone)
+        self._guard_scopes = now
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Serve ``/metrics`` on ``port`` in a daemon thread; returns the server (``.shutdown()`` stops it)."""
