@@ -177,6 +177,32 @@ class KubeAdapter:
             resource = f"{kind} ({api_version})"
         return verb, resource, namespace
 
+    def api_group_kinds(self, group: str) -> dict[str, frozenset[str]]:
+        """What the server serves of API ``group`` now: version -> kinds (``/apis/<group>``, then each version).
+
+        Fresh discovery (not the client's cache), each request with the adapter's deadline. A group or
+        version the server does not serve is absent (``{}`` for an unknown group). Raises TransientError
+        (unreachable, 5xx) or ForbiddenError; discovery is open to every authenticated identity by default.
+        """
+        def get(path: str) -> dict[str, Any] | None:
+            try:
+                resp = self.api.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False,
+                                         _request_timeout=self.timeout)
+            except Exception as e:  # noqa: BLE001
+                err = _convert(e, f"API discovery {path}")
+                if isinstance(err, NotFoundError):
+                    return None
+                raise err from e
+            return json.loads((resp[0] if isinstance(resp, tuple) else resp).data)
+        listing = get(f"/apis/{group}") or {}
+        out: dict[str, frozenset[str]] = {}
+        for v in listing.get("versions") or []:
+            resources = get(f"/apis/{v['groupVersion']}")
+            if resources is not None:
+                out[v["version"]] = frozenset(r["kind"] for r in resources.get("resources") or []
+                                              if "/" not in r.get("name", ""))  # subresources are not kinds
+        return out
+
     # ------------------------------------------------------------ RayCluster
     def raw_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         try:

@@ -334,7 +334,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
     """Create a Ray placement group whose bundles get their own all-or-nothing Kubernetes gang.
 
     Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``. ``backend``
-    (coscheduling|kueue|volcano|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
+    (coscheduling|kueue|volcano|workload|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
     ``raygpu.io/queue`` annotations. Returns once the gang is reserved; ``ray.get(pg.ready())`` (or
     ``pg.wait()``) waits for the pods, their Ray nodes and the placement group on them.
     ``guard`` (default: annotation ``raygpu.io/guard``, off): the starvation guard of docs/guard.md.
