@@ -186,14 +186,13 @@ class KubeAdapter:
         """
         def get(path: str) -> dict[str, Any] | None:
             try:
-                resp = self.api.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False,
-                                         _request_timeout=self.timeout)
+                resp = self.dyn.request("GET", path, serialize=False, _request_timeout=self.timeout)
             except Exception as e:  # noqa: BLE001
                 err = _convert(e, f"API discovery {path}")
                 if isinstance(err, NotFoundError):
                     return None
                 raise err from e
-            return json.loads((resp[0] if isinstance(resp, tuple) else resp).data)
+            return json.loads(resp.data)
         listing = get(f"/apis/{group}") or {}
         out: dict[str, frozenset[str]] = {}
         for v in listing.get("versions") or []:
@@ -369,7 +368,8 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         node_selector=dict(spec.get("nodeSelector") or {}),
         created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
-        ray_start_num_gpus=num_gpus, problems=tuple(problems))
+        ray_start_num_gpus=num_gpus, scheduling_group=(spec.get("schedulingGroup") or {}).get("podGroupName"),
+        problems=tuple(problems))
 
 
 def node_view(n: dict[str, Any]) -> K8sNodeView:

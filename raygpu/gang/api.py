@@ -222,6 +222,8 @@ class GangPlacementGroup(AsyncFace):
         if rsv.state == ReservationState.BOUND and self._pg_recorded:
             ok &= self._attempt("marking the reservation ready", self._mark_ready)
         failed = self.guard.failed if self.guard is not None else None  # the hold ran out after its swap
+        if rsv.state == ReservationState.FAILED:  # observe() found the gang cannot hold (its note says why)
+            failed = rsv.history[-1] if rsv.history else "failed"
         if rsv.state != ReservationState.READY and (self._clock() > self._deadline or failed):
             try:
                 self._finish(failed or f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})",

@@ -25,7 +25,7 @@ from typing import Callable
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
-from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP
+from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.guard import guard_policy_for, wire_guard
 from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.guard import GuardPolicy
@@ -99,6 +99,15 @@ class Reservation:
         """Advance RESERVED -> ADMITTED -> BOUND from what the pods show; returns the state."""
         ps = [p for p in self.pods() if not p.deleting]
         n = self.plan.pod_count
+        stray = sorted(p.name for p in ps if self.plan.backend is Backend.WORKLOAD
+                       and p.scheduling_group != self.plan.gang_name)
+        if stray and self.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+            # KubeRay dropped spec.schedulingGroup and the admission policy did not put it back: these pods
+            # would bind one by one. Fail now (the watchdog rolls back) rather than hold GPUs half-placed.
+            self.transition(ReservationState.FAILED, f"pod(s) {', '.join(stray[:3])} are not in PodGroup "
+                            f"{self.plan.gang_name} (spec.schedulingGroup unset): install deploy/workload's "
+                            f"MutatingAdmissionPolicy {WORKLOAD_POLICY}, which sets it from the pod label")
+            return self.state
         gated = any(p.annotations.get(ANNOTATION_GATED) for p in ps)
         if self.state == ReservationState.RESERVED and len(ps) == n and not gated and all(p.node_name for p in ps):
             self.transition(ReservationState.ADMITTED, f"{n} pods scheduled together")

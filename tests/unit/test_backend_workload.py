@@ -176,3 +176,41 @@ def test_release_leaves_a_same_named_object_that_replaced_ours():
     rsv.release(drain_timeout_s=0)
     assert rsv.state is ReservationState.RELEASED
     assert kube.objects == {(W, "c-rg-job1"): replaced}  # our PodGroup and ConfigMap gone, their Workload kept
+
+
+# ------------------------------------------------------------------------------- pods outside the gang
+def reserved_pods(group: str, scheduling_group: str | None) -> list:
+    from raygpu.model.views import K8sPodView
+    return [K8sPodView(name=f"{group}-{i}", namespace="default", node_name=f"k{i}", phase="Running",
+                       labels={"raygpu.io/reservation": group}, ray_cluster="c", ray_group=group,
+                       ray_node_type="worker", scheduling_group=scheduling_group) for i in range(2)]
+
+
+def test_pods_in_the_pod_group_are_admitted():
+    kube = fake()
+    rsv = reserve(kube, gang(gpus(8, 2), backend="workload", timeout_s=60), time.time())
+    kube.extra_pods = reserved_pods(rsv.plan.reservation_group, "c-rg-job1")
+    assert rsv.observe() is ReservationState.BOUND
+
+
+def test_pods_that_lost_their_scheduling_group_fail_the_reservation_and_the_watchdog_rolls_it_back():
+    """KubeRay < 1.7 without deploy/workload's policy: the pods would bind one by one. The watchdog's next step
+    fails the reservation naming the policy and rolls everything back, long before the deadline."""
+    from tests.unit.test_gang_lifecycle import Clock, FakeRay
+    from raygpu.gang.api import GangPlacementGroup
+    kube = fake()
+    rsv = reserve(kube, gang(gpus(8, 2), backend="workload", timeout_s=600), time.time())
+    kube.extra_pods = reserved_pods(rsv.plan.reservation_group, None)
+    said: list[str] = []
+    pg = GangPlacementGroup(rsv, said.append, ray_calls=FakeRay().calls(), clock=Clock(), start_watchdog=False)
+    assert pg._step() == "done"
+    assert rsv.state is ReservationState.ROLLED_BACK
+    assert any("raygpu-scheduling-group" in h and "spec.schedulingGroup unset" in h for h in rsv.history)
+    assert kube.objects == {} and [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu"]
+
+
+def test_other_backends_do_not_look_at_the_scheduling_group():
+    kube = fake()
+    rsv = reserve(kube, gang(gpus(8, 2), backend="none", timeout_s=60), time.time())
+    kube.extra_pods = reserved_pods(rsv.plan.reservation_group, None)
+    assert rsv.observe() is ReservationState.BOUND
