@@ -177,6 +177,31 @@ class KubeAdapter:
             resource = f"{kind} ({api_version})"
         return verb, resource, namespace
 
+    def api_group_kinds(self, group: str) -> dict[str, frozenset[str]]:
+        """What the server serves of API ``group`` now: version -> kinds (``/apis/<group>``, then each version).
+
+        Fresh discovery (not the client's cache), each request with the adapter's deadline. A group or
+        version the server does not serve is absent (``{}`` for an unknown group). Raises TransientError
+        (unreachable, 5xx) or ForbiddenError; discovery is open to every authenticated identity by default.
+        """
+        def get(path: str) -> dict[str, Any] | None:
+            try:
+                resp = self.dyn.request("GET", path, serialize=False, _request_timeout=self.timeout)
+            except Exception as e:  # noqa: BLE001
+                err = _convert(e, f"API discovery {path}")
+                if isinstance(err, NotFoundError):
+                    return None
+                raise err from e
+            return json.loads(resp.data)
+        listing = get(f"/apis/{group}") or {}
+        out: dict[str, frozenset[str]] = {}
+        for v in listing.get("versions") or []:
+            resources = get(f"/apis/{v['groupVersion']}")
+            if resources is not None:
+                out[v["version"]] = frozenset(r["kind"] for r in resources.get("resources") or []
+                                              if "/" not in r.get("name", ""))  # subresources are not kinds
+        return out
+
     # ------------------------------------------------------------ RayCluster
     def raw_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         try:
@@ -346,7 +371,8 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         node_selector=dict(spec.get("nodeSelector") or {}),
         created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
-        ray_start_num_gpus=num_gpus, problems=tuple(problems))
+        ray_start_num_gpus=num_gpus, scheduling_group=(spec.get("schedulingGroup") or {}).get("podGroupName"),
+        problems=tuple(problems))
 
 
 def node_view(n: dict[str, Any]) -> K8sNodeView:

@@ -51,6 +51,7 @@ class RunResult:
     idle_gpu_s: float = 0.0  # GPUs on bound worker pods whose tenant's placement group is not ready
     partial_gang_gpu_s: float = 0.0  # the part of it held by gangs with only some of their pods bound
     gpus_held_by_partial_gangs_at_deadline: int = 0
+    max_gpus_held_by_partial_gangs: int = 0  # the most GPUs half-placed gangs held at any one sample
     deadlocked: bool = False
     tenants: dict[str, TenantResult] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -75,6 +76,7 @@ class _Sampler(threading.Thread):
             except Exception:  # noqa: BLE001 - a blink of the API server: sample again
                 pods = []
             now = time.monotonic()
+            held = 0
             for t in TENANTS:
                 mine = [p for p in pods if p.ray_cluster == t and p.node_name]
                 self.bound[t] = len(mine)
@@ -83,6 +85,8 @@ class _Sampler(threading.Thread):
                     self.result.idle_gpu_s += gpus * (now - last)
                     if 0 < len(mine) < self.gang_size:
                         self.result.partial_gang_gpu_s += gpus * (now - last)
+                        held += int(gpus)
+            self.result.max_gpus_held_by_partial_gangs = max(self.result.max_gpus_held_by_partial_gangs, held)
             last = now
             self.stop.wait(self.sample_s)
 

@@ -222,6 +222,8 @@ class GangPlacementGroup(AsyncFace):
         if rsv.state == ReservationState.BOUND and self._pg_recorded:
             ok &= self._attempt("marking the reservation ready", self._mark_ready)
         failed = self.guard.failed if self.guard is not None else None  # the hold ran out after its swap
+        if rsv.state == ReservationState.FAILED:  # observe() found the gang cannot hold (its note says why)
+            failed = rsv.history[-1] if rsv.history else "failed"
         if rsv.state != ReservationState.READY and (self._clock() > self._deadline or failed):
             try:
                 self._finish(failed or f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})",
@@ -334,7 +336,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
     """Create a Ray placement group whose bundles get their own all-or-nothing Kubernetes gang.
 
     Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``. ``backend``
-    (coscheduling|kueue|volcano|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
+    (coscheduling|kueue|volcano|workload|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
     ``raygpu.io/queue`` annotations. Returns once the gang is reserved; ``ray.get(pg.ready())`` (or
     ``pg.wait()``) waits for the pods, their Ray nodes and the placement group on them.
     ``guard`` (default: annotation ``raygpu.io/guard``, off): the starvation guard of docs/guard.md.

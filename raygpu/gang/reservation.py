@@ -25,10 +25,11 @@ from typing import Callable
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
+from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.guard import guard_policy_for, wire_guard
 from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.guard import GuardPolicy
-from raygpu.model.gang import GangPlan, GangRequest, ReservationState, check_transition
+from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_EXPECTED_RUNTIME, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
                                  ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_REQUEST_ID,
@@ -57,6 +58,8 @@ class Reservation:
     state_uid: str = ""
     cluster_uid: str = ""
     template_spec: dict = field(default_factory=dict)  # the reserved pods' spec, as patched in
+    # the gang objects this reservation created: (apiVersion, kind, name, uid); a release deletes exactly these
+    created: list[tuple[str, str, str, str]] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
@@ -96,6 +99,15 @@ class Reservation:
         """Advance RESERVED -> ADMITTED -> BOUND from what the pods show; returns the state."""
         ps = [p for p in self.pods() if not p.deleting]
         n = self.plan.pod_count
+        stray = sorted(p.name for p in ps if self.plan.backend is Backend.WORKLOAD
+                       and p.scheduling_group != self.plan.gang_name)
+        if stray and self.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+            # KubeRay dropped spec.schedulingGroup and the admission policy did not put it back: these pods
+            # would bind one by one. Fail now (the watchdog rolls back) rather than hold GPUs half-placed.
+            self.transition(ReservationState.FAILED, f"pod(s) {', '.join(stray[:3])} are not in PodGroup "
+                            f"{self.plan.gang_name} (spec.schedulingGroup unset): install deploy/workload's "
+                            f"MutatingAdmissionPolicy {WORKLOAD_POLICY}, which sets it from the pod label")
+            return self.state
         gated = any(p.annotations.get(ANNOTATION_GATED) for p in ps)
         if self.state == ReservationState.RESERVED and len(ps) == n and not gated and all(p.node_name for p in ps):
             self.transition(ReservationState.ADMITTED, f"{n} pods scheduled together")
@@ -145,8 +157,11 @@ class Reservation:
             return group
         api, kind, name, ns = self.state_object
         self.kube.delete(api, kind, name, ns)  # PodGroups are owned by it: the GC deletes them
-        for obj in get_backend(self.plan.backend).gang_objects(self.plan, self.request, None):
-            self.kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], self.plan.namespace)
+        for obj_api, obj_kind, obj_name, obj_uid in reversed(self.created):
+            try:  # only the object this reservation created (uid precondition): a same-named other one stays
+                self.kube.delete(obj_api, obj_kind, obj_name, self.plan.namespace, uid=obj_uid)
+            except ConflictError:
+                pass  # replaced by someone else's object of that name: not ours to delete
         if self.state not in (ReservationState.RELEASED, ReservationState.ROLLED_BACK):
             self.state = check_transition(self.state, final)
             self.history.append(final.value)
@@ -256,7 +271,10 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
                              f"{request.cluster} (worker group {plan.reservation_group}); pick another name")
     progress(f"plan: {plan.reason}")
     rsv = Reservation(kube, plan, request)
-    backend = get_backend(plan.backend)
+    # backend workload: which scheduling.k8s.io version the server serves, asked before any write (a server
+    # without the Workload API gets a PermanentError naming it, and nothing is created)
+    backend = get_backend(plan.backend, served=kube.api_group_kinds(WORKLOAD_GROUP)
+                          if plan.backend is Backend.WORKLOAD else None)
     owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name, "uid": view.uid,
              "blockOwnerDeletion": False}
     # 2. the state object, owned by the RayCluster
@@ -286,7 +304,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
                     "uid": cm["metadata"]["uid"], "blockOwnerDeletion": False}
         # 3. gang objects before the pods exist, so the first pod already finds its group
         for obj in backend.gang_objects(plan, request, cm_owner):
-            kube.create(obj)
+            made = kube.create(obj)
+            rsv.created.append((obj["apiVersion"], obj["kind"], obj["metadata"]["name"], made["metadata"]["uid"]))
         # 4. one tested patch; a conflict re-reads and re-plans
         for attempt in range(MAX_REPLANS):
             group = view.group(plan.need.template_group)

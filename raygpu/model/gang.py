@@ -45,6 +45,7 @@ class Backend(str, Enum):
     COSCHEDULING = "coscheduling"  # scheduler-plugins PodGroup
     KUEUE = "kueue"  # Kueue plain-pod groups
     VOLCANO = "volcano"  # Volcano PodGroup
+    WORKLOAD = "workload"  # Kubernetes' own Workload + PodGroup (scheduling.k8s.io, KEP-4671), default kube-scheduler
     NONE = "none"  # the worker group alone: atomic scale-up, no Kubernetes gang
 
 

@@ -16,7 +16,7 @@ PREFIX = "raygpu.io/"
 # ---------------------------------------------------------------------------------------------
 # Policy annotations a user sets on a RayCluster (parsed by raygpu.model.annotations, never raise)
 # ---------------------------------------------------------------------------------------------
-KEY_GANG_BACKEND = "raygpu.io/gang-backend"  # coscheduling | kueue | volcano | none (default none)
+KEY_GANG_BACKEND = "raygpu.io/gang-backend"  # coscheduling | kueue | volcano | workload | none (default none)
 KEY_QUEUE = "raygpu.io/queue"  # the Kueue LocalQueue of reservations (backend kueue)
 KEY_GANG_TEMPLATE = "raygpu.io/gang-template"  # worker group reservations copy (default: the planner picks)
 KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"  # e.g. 300s, 10m: a worker idle that long is reclaimed; or auto
@@ -38,6 +38,10 @@ POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT,
 LABEL_RESERVATION = "raygpu.io/reservation"
 LABEL_OWNER_JOB = "raygpu.io/owner-job"  # Ray job id of the driver that owns the reservation (GC when it dies)
 LABEL_CLUSTER = "raygpu.io/cluster"  # RayCluster name (as a DNS label), on gang objects and state ConfigMaps
+# On a backend-workload pod template: the PodGroup (scheduling.k8s.io) the pod joins. deploy/workload's
+# MutatingAdmissionPolicy copies it into spec.schedulingGroup.podGroupName at pod creation, because KubeRay
+# < 1.7 (and its RayCluster CRD) drop that PodSpec field from the template (docs/decisions.md).
+LABEL_SCHEDULING_GROUP = "raygpu.io/scheduling-group"
 
 # ---------------------------------------------------------------------------------------------
 # Annotations raygpu writes on a reservation's state ConfigMap (and pods, gang objects)

@@ -134,6 +134,7 @@ class K8sPodView(Frozen):
     ray_group: str | None = None  # label ray.io/group
     ray_node_type: str | None = None  # label ray.io/node-type: head | worker
     ray_start_num_gpus: float | None = None  # rayStartParams["num-gpus"] of its group, if set and a number
+    scheduling_group: str | None = None  # spec.schedulingGroup.podGroupName: the Kubernetes PodGroup it is in
     problems: tuple[ParseProblem, ...] = ()  # values the adapter could not parse (safe default used)
 
     @property

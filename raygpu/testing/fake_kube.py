@@ -61,6 +61,11 @@ class FakeKube:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> object, besides the RayCluster
         self.calls: list[tuple[str, tuple]] = []  # (method, args) of every create/merge_patch/delete/get
         self._failures: list[list[Any]] = []  # [method, error, times left, when]
+        # what API discovery of an API group finds: group -> version -> kinds (default: a 1.37 server with
+        # the Workload API in v1beta1 and v1alpha3)
+        self.served: dict[str, dict[str, frozenset[str]]] = {"scheduling.k8s.io": {
+            "v1": frozenset({"PriorityClass"}), "v1beta1": frozenset({"Workload", "PodGroup"}),
+            "v1alpha3": frozenset({"Workload", "PodGroup", "CompositePodGroup"})}}
 
     def fail(self, method: str, error: BaseException, times: int = 1,
              when: Callable[..., bool] = lambda *args: True, lost: bool = False) -> None:
@@ -94,6 +99,10 @@ class FakeKube:
     def ray_pods(self, namespace, cluster=None):
         self._maybe_fail("ray_pods", namespace, cluster)
         return list(self.pods) + list(self.extra_pods)
+
+    def api_group_kinds(self, group):
+        self._maybe_fail("api_group_kinds", group)
+        return dict(self.served.get(group, {}))
 
     def get_raycluster(self, namespace, name):
         return RayClusterView.from_k8s(self.raw)
@@ -171,6 +180,9 @@ class FakeKube:
         self._maybe_fail("delete", api_version, kind, name, namespace)
         if uid is not None and name in self.configmap_uids and self.configmap_uids[name] != uid:
             raise ConflictError(f"delete {kind} {name}: precondition failed: uid {uid}")
+        stored_uid = (self.objects.get((kind, name)) or {}).get("metadata", {}).get("uid")
+        if uid is not None and stored_uid is not None and stored_uid != uid:  # the API server's uid precondition
+            raise ConflictError(f"delete {kind} {name}: precondition failed: uid {uid} is not {stored_uid}")
         self.deleted.append((kind, name))
         stored = self.objects.pop((kind, name), None) is not None
         if name in self.configmaps:

@@ -41,7 +41,7 @@ def test_good_values(key, value, field, expected):
 
 
 @pytest.mark.parametrize("key,value,field,words", [
-    ("raygpu.io/gang-backend", "slurm", "gang_backend", "coscheduling|kueue|volcano|none"),
+    ("raygpu.io/gang-backend", "slurm", "gang_backend", "coscheduling|kueue|volcano|workload|none"),
     ("raygpu.io/gang-backend", "", "gang_backend", "expected one of"),
     ("raygpu.io/queue", "   ", "queue", "empty"),
     ("raygpu.io/gang-template", "", "gang_template", "empty"),

@@ -9,7 +9,8 @@ from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.builders.patch import apply_json_patch
 
 from raygpu.errors import PermanentError
-from raygpu.gang.backends import (CoschedulingBackend, KueueBackend, NoneBackend, VolcanoBackend, get_backend)
+from raygpu.gang.backends import (CoschedulingBackend, KueueBackend, NoneBackend, VolcanoBackend, WorkloadBackend,
+                                  get_backend)
 from raygpu.gang.backends.base import format_quantity
 from raygpu.model.gang import Backend
 from raygpu.model.raycluster import RayClusterView
@@ -30,7 +31,7 @@ def setup(backend: str, n: int = 6, queue: str | None = "team-a", **kw):
 
 @pytest.mark.parametrize("name,cls", [("coscheduling", CoschedulingBackend), ("KUEUE", KueueBackend),
                                       ("volcano", VolcanoBackend), ("none", NoneBackend),
-                                      (Backend.VOLCANO, VolcanoBackend)])
+                                      (Backend.VOLCANO, VolcanoBackend), ("Workload", WorkloadBackend)])
 def test_registry(name, cls):
     backend = get_backend(name)
     assert type(backend) is cls and backend.name is Backend(cls.name)
@@ -42,7 +43,7 @@ def test_registry_rejects_unknown_names(name):
         get_backend(name)
 
 
-@pytest.mark.parametrize("backend", ["coscheduling", "kueue", "volcano", "none"])
+@pytest.mark.parametrize("backend", ["coscheduling", "kueue", "volcano", "workload", "none"])
 def test_worker_group_is_a_pinned_copy_of_the_template(backend):
     plan, group, req = setup(backend, owner_job="02000000")
     before = copy.deepcopy(group.template)
@@ -63,6 +64,7 @@ def test_worker_group_is_a_pinned_copy_of_the_template(backend):
     ("kueue", {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/pod-group-name": "c-rg-job1"},
      {"kueue.x-k8s.io/pod-group-total-count": "6"}, None, 0),
     ("volcano", {}, {"scheduling.k8s.io/group-name": "c-rg-job1"}, "volcano", 1),
+    ("workload", {"raygpu.io/scheduling-group": "c-rg-job1"}, {}, "default-scheduler", 2),
     ("none", {}, {}, None, 0),
 ])
 def test_backend_wiring(backend, labels, annotations, scheduler, objects):
@@ -72,7 +74,7 @@ def test_backend_wiring(backend, labels, annotations, scheduler, objects):
     assert labels.items() <= meta["labels"].items()
     assert annotations.items() <= meta.get("annotations", {}).items()
     gang_keys = {"scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/queue-name", "scheduling.k8s.io/group-name",
-                 "kueue.x-k8s.io/pod-group-name", "kueue.x-k8s.io/pod-group-total-count"}
+                 "kueue.x-k8s.io/pod-group-name", "kueue.x-k8s.io/pod-group-total-count", "raygpu.io/scheduling-group"}
     assert gang_keys & (set(meta["labels"]) | set(meta.get("annotations", {}))) == set(labels) | set(annotations)
     assert spec["template"]["spec"].get("schedulerName") == scheduler
     assert len(get_backend(backend).gang_objects(plan, req, OWNER)) == objects
@@ -97,7 +99,7 @@ def test_only_coscheduling_nudges_a_waiting_gang():
     [pg] = get_backend("coscheduling").gang_objects(plan, setup("coscheduling")[2], None)
     assert (api, kind, name) == (pg["apiVersion"], pg["kind"], pg["metadata"]["name"])
     assert body == {"metadata": {"annotations": {"raygpu.io/requeue-at": "1234"}}}
-    for other in ("kueue", "volcano", "none"):  # Kueue requeues on its own; Volcano retries every session
+    for other in ("kueue", "volcano", "workload", "none"):  # Kueue requeues on its own; Volcano retries every session
         assert get_backend(other).requeue_patches(setup(other)[0], 1.0) == []
 
 

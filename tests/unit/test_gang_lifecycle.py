@@ -321,18 +321,19 @@ def test_a_state_configmap_whose_create_answer_was_lost_is_deleted_and_only_that
 
 
 def test_a_reserve_whose_undo_also_fails_raises_the_cause_not_the_undos_error():
-    """A Role missing both create and delete on PodGroups: the caller hears about the create (the cause),
-    with the failed undo as a note and in progress; before, the delete's 403 replaced the create's."""
+    """A Role missing create on PodGroups and delete on Workloads (backend workload: the Workload is created
+    first): the caller hears about the create (the cause), with the failed undo as a note and in progress;
+    before, the delete's 403 replaced the create's."""
     from raygpu.errors import ForbiddenError
     kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
-    kube.fail("create", ForbiddenError("missing permission: create podgroups.scheduling.x-k8s.io"),
+    kube.fail("create", ForbiddenError("missing permission: create podgroups.scheduling.k8s.io"),
               when=lambda obj: obj["kind"] == "PodGroup")
-    kube.fail("delete", ForbiddenError("missing permission: delete podgroups.scheduling.x-k8s.io"),
-              when=lambda api_version, kind, name, ns: kind == "PodGroup")
+    kube.fail("delete", ForbiddenError("missing permission: delete workloads.scheduling.k8s.io"),
+              when=lambda api_version, kind, name, ns: kind == "Workload")
     said: list[str] = []
     with pytest.raises(ForbiddenError, match="create podgroups") as err:
-        reserve(kube, gang(gpus(8, 2), backend="coscheduling", timeout_s=TIMEOUT_S), time.time(), progress=said.append)
-    assert any("delete podgroups" in n and "garbage collection" in n for n in err.value.__notes__)
+        reserve(kube, gang(gpus(8, 2), backend="workload", timeout_s=TIMEOUT_S), time.time(), progress=said.append)
+    assert any("delete workloads" in n and "garbage collection" in n for n in err.value.__notes__)
     assert any("undoing the failed reservation also failed" in m for m in said)
     assert [k for k in kube.objects if k[0] == "ConfigMap"] == []  # the rest of the undo still happened
 

@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 
 from raygpu.errors import PermanentError
 from raygpu.model.gang import Backend, GangPlan, GangRequest
-from raygpu.model.labels import ANNOTATION_PLAN_REASON, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label
+from raygpu.model.labels import (ANNOTATION_PLAN_REASON, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION,
+                                 LABEL_SCHEDULING_GROUP, dns_label)
 from raygpu.model.raycluster import GroupTemplate
 
 # Gang wiring a copied template may already carry (for another gang); stripped before ours is added.
 FOREIGN_GANG_LABELS = ("scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/pod-group-name",
-                       "volcano.sh/queue-name")
+                       "volcano.sh/queue-name", LABEL_SCHEDULING_GROUP)
 FOREIGN_GANG_ANNOTATIONS = ("kueue.x-k8s.io/pod-group-total-count", "scheduling.k8s.io/group-name")
 
 
@@ -86,6 +87,7 @@ class GangBackend(ABC):
             labels.pop(key, None)
         for key in FOREIGN_GANG_ANNOTATIONS:
             annotations.pop(key, None)
+        (template.get("spec") or {}).pop("schedulingGroup", None)  # a Kubernetes PodGroup of someone else
         labels[LABEL_RESERVATION] = plan.reservation_group
         if request.owner_job:
             labels[LABEL_OWNER_JOB] = dns_label(request.owner_job)
