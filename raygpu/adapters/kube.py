@@ -34,7 +34,7 @@ from raygpu.errors import (ConflictError, ForbiddenError, InvalidError, NotFound
                            TransientError)
 from raygpu.model.base import timestamp_s
 from raygpu.model.raycluster import ParseProblem, RayClusterView, param_number, resource_map
-from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
+from raygpu.model.views import DeviceHealthView, K8sNodeView, K8sPodView, Taint, Toleration
 
 log = logging.getLogger("raygpu.kube")
 RAYCLUSTER = ("ray.io/v1", "RayCluster")
@@ -343,7 +343,19 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         node_selector=dict(spec.get("nodeSelector") or {}),
         created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
-        ray_start_num_gpus=num_gpus, problems=tuple(problems))
+        ray_start_num_gpus=num_gpus, problems=tuple(problems), device_health=device_health(st))
+
+
+def device_health(status: dict[str, Any]) -> tuple[DeviceHealthView, ...]:
+    """``allocatedResourcesStatus`` of every container status (KEP-4680); an entry without a resource id is left out."""
+    out = []
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        for rs in (cs.get("allocatedResourcesStatus") if isinstance(cs, dict) else None) or []:
+            for r in (rs.get("resources") if isinstance(rs, dict) else None) or []:
+                if isinstance(r, dict) and r.get("resourceID"):
+                    out.append(DeviceHealthView(container=str(cs.get("name", "")), resource=str(rs.get("name", "")),
+                                                resource_id=str(r["resourceID"]), health=str(r.get("health") or "Unknown")))
+    return tuple(out)
 
 
 def node_view(n: dict[str, Any]) -> K8sNodeView:
