@@ -34,7 +34,7 @@ from raygpu.errors import (ConflictError, ForbiddenError, InvalidError, NotFound
                            TransientError)
 from raygpu.model.base import timestamp_s
 from raygpu.model.raycluster import ParseProblem, RayClusterView, param_number, resource_map
-from raygpu.model.views import K8sNodeView, K8sPodView, Taint, Toleration
+from raygpu.model.views import DeviceHealthView, K8sNodeView, K8sPodView, Taint, Toleration
 
 log = logging.getLogger("raygpu.kube")
 RAYCLUSTER = ("ray.io/v1", "RayCluster")
@@ -372,7 +372,7 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
         ray_start_num_gpus=num_gpus, scheduling_group=(spec.get("schedulingGroup") or {}).get("podGroupName"),
-        problems=tuple(problems))
+        problems=tuple(problems), device_health=DeviceHealthView.of_pod_status(st))
 
 
 def node_view(n: dict[str, Any]) -> K8sNodeView:

@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return reconcile(snap, now, orphan_grace_s=grace, templates=templates), snap
 
     report, snapshot = observe()
+    notes += list(snapshot.k8s.notes)  # e.g. DRA not served: said once, the checks run as without it
 
     outcome = None
     if view is not None:

@@ -10,13 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from raygpu.adapters.kube import KubeAdapter
+from raygpu.adapters.kube_dra import read_dra, resource_slice  # noqa: F401 - resource_slice: re-exported
 from raygpu.adapters.nvml_collect import collect_nvml_at
 from raygpu.adapters.ray_gcs import read_ray_view
-from raygpu.model.views import DevicePluginPod, K8sView, ResourceSliceView, Snapshot
+from raygpu.model.views import DevicePluginPod, K8sView, Snapshot
 
 DEVICE_PLUGIN_SELECTORS = ("app=nvidia-device-plugin-daemonset", "app.kubernetes.io/name=nvidia-device-plugin")
-DRA_GROUP = "resource.k8s.io"
-DRA_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")  # newest first
 
 
 def take_snapshot(kube: KubeAdapter | None, ray_address: str | None, namespace: str | None,
@@ -38,11 +37,13 @@ def take_snapshot(kube: KubeAdapter | None, ray_address: str | None, namespace: 
 
 
 def read_k8s_view(kube: KubeAdapter | None, namespace: str | None, cluster: str | None) -> K8sView:
-    """Nodes, the cluster's Ray pods, device-plugin pods (all namespaces), ResourceSlices.
+    """Nodes, the cluster's Ray pods, device-plugin pods (all namespaces), DRA ResourceSlices and ResourceClaims.
 
     Failing to read nodes, Ray pods or device-plugin pods makes the whole
     view unreachable: a partial view would read as "no device plugin".
-    ResourceSlices are None when ``resource.k8s.io`` is not served or not readable.
+    ResourceSlices and ResourceClaims (``namespace``'s; every namespace when
+    None) are None when ``resource.k8s.io`` is not served or not readable,
+    with one line in ``notes`` saying so (``adapters.kube_dra.read_dra``).
     """
     if kube is None:
         return K8sView(reachable=False, reason="no Kubernetes client")
@@ -53,19 +54,9 @@ def read_k8s_view(kube: KubeAdapter | None, namespace: str | None, cluster: str 
                    for p in map(device_plugin_pod, kube.list("v1", "Pod", None, label_selector=sel)) if p}
     except Exception as e:  # noqa: BLE001 - raygpu errors from the adapter, or anything the client threw
         return K8sView(reachable=False, reason=f"{type(e).__name__}: {e}")
+    dra = read_dra(kube, namespace)
     return K8sView(nodes=tuple(nodes), pods=tuple(pods), device_plugin_pods=tuple(plugins.values()),
-                   resource_slices=_resource_slices(kube))
-
-
-def _resource_slices(kube: KubeAdapter) -> tuple[ResourceSliceView, ...] | None:
-    try:
-        served = {r.api_version for r in kube.dyn.resources.search(group=DRA_GROUP, kind="ResourceSlice")}
-        version = next((v for v in DRA_VERSIONS if v in served), None)
-        if version is None:
-            return None
-        return tuple(resource_slice(s) for s in kube.list(f"{DRA_GROUP}/{version}", "ResourceSlice"))
-    except Exception:  # noqa: BLE001 - forbidden or half-served DRA reads as "not served"
-        return None
+                   resource_slices=dra.slices, resource_claims=dra.claims, notes=dra.notes)
 
 
 def device_plugin_pod(p: dict[str, Any]) -> DevicePluginPod | None:
@@ -88,8 +79,3 @@ def _daemonset_node(spec: dict[str, Any]) -> str | None:
                 return f["values"][0]
     return None
 
-
-def resource_slice(s: dict[str, Any]) -> ResourceSliceView:
-    spec = s.get("spec") or {}
-    return ResourceSliceView(name=s["metadata"]["name"], node_name=spec.get("nodeName"),
-                             driver=spec.get("driver", ""), device_count=len(spec.get("devices") or []))

@@ -75,6 +75,9 @@ class FindingKind(_Ranked):
     MISSING_CAPACITY = "missing-capacity"  # GPU node (labels / NVML) without any GPU resource
     ZERO_ALLOCATABLE = "zero-allocatable"  # GPU capacity > 0, allocatable 0
     MIG_SHARE_MISMATCH = "mig-share-mismatch"  # slice counted as a whole GPU, or MIG strategies mixed
+    DRA_DEVICE_UNHEALTHY = "dra-device-unhealthy"  # a pod's allocatedResourcesStatus says a device is Unhealthy
+    DRA_DEVICE_TAINTED = "dra-device-tainted"  # a DRA GPU device carries a NoSchedule / NoExecute taint
+    DRA_ALLOCATABLE_MISMATCH = "dra-allocatable-mismatch"  # node allocatable and its ResourceSlices disagree
     TAINTED_GPU_NODES = "tainted-gpu-nodes"  # pending GPU pods, every GPU node taints them away
     ORPHAN_POD = "orphan-pod"  # Running Ray pod, no live Ray node
     GHOST_RAY_NODE = "ghost-ray-node"  # live Ray node, no pod
@@ -174,6 +177,7 @@ class NodeRow(Frozen):
     kubelet_allocatable: float = 0.0
     nvml_gpus: int | None = None  # None: no NVML view from any pod here
     nvml_unavailable: bool = False  # some NVML view here could not start
+    dra_gpus: int = 0  # GPU devices its current DRA ResourceSlices publish (counted in kubelet_* once, see docs)
     findings: int = 0
 
 

@@ -14,6 +14,7 @@ names (``CPU``, ``GPU``, ``memory``) for Ray objects.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from pydantic import Field
 
@@ -136,6 +137,7 @@ class K8sPodView(Frozen):
     ray_start_num_gpus: float | None = None  # rayStartParams["num-gpus"] of its group, if set and a number
     scheduling_group: str | None = None  # spec.schedulingGroup.podGroupName: the Kubernetes PodGroup it is in
     problems: tuple[ParseProblem, ...] = ()  # values the adapter could not parse (safe default used)
+    device_health: tuple[DeviceHealthView, ...] = ()  # allocatedResourcesStatus of its containers
 
     @property
     def is_head(self) -> bool:
@@ -149,13 +151,92 @@ class DevicePluginPod(Frozen):
     ready: bool
 
 
+class DraDeviceTaint(Frozen):
+    """A DRA device taint (``spec.devices[].taints[]``; alpha gate ``DRADeviceTaints`` in 1.34, GA in 1.37)."""
+
+    key: str
+    value: str | None = None
+    effect: str  # NoSchedule | NoExecute (DRA has no PreferNoSchedule)
+
+
+class DraDeviceView(Frozen):
+    """One device of a ResourceSlice: its name, attributes and taints.
+
+    ``attributes``: the device's attributes by name as the driver wrote it
+    (``type``, ``uuid``, ``productName``, or fully qualified
+    ``gpu.nvidia.com/type``), each value as a string whatever its kind
+    (string, int, bool, version). ``node_name``: the device's own
+    ``nodeName`` (``perDeviceNodeSelection``), else None.
+    """
+
+    name: str
+    attributes: dict[str, str] = Field(default_factory=dict)
+    taints: tuple[DraDeviceTaint, ...] = ()
+    node_name: str | None = None
+
+
 class ResourceSliceView(Frozen):
-    """A DRA ResourceSlice (resource.k8s.io), reduced to what the doctor needs."""
+    """A DRA ResourceSlice (resource.k8s.io), reduced to what the doctor needs.
+
+    ``device_count``: ``len(spec.devices)``; ``devices``: those devices
+    (empty when only the count is known). ``pool`` / ``pool_generation`` /
+    ``pool_slice_count``: ``spec.pool``; of a pool only the slices of its
+    highest generation are current (older ones are being replaced).
+    """
 
     name: str
     node_name: str | None
     driver: str
     device_count: int
+    pool: str = ""
+    pool_generation: int = 0
+    pool_slice_count: int = 1
+    devices: tuple[DraDeviceView, ...] = ()
+
+
+class DraAllocatedDevice(Frozen):
+    """One ``status.allocation.devices.results[]`` entry of a ResourceClaim."""
+
+    request: str = ""
+    driver: str
+    pool: str
+    device: str
+
+
+class ResourceClaimView(Frozen):
+    """A ResourceClaim: the devices allocated to it and the pods it is reserved for (``status.reservedFor``)."""
+
+    name: str
+    namespace: str
+    allocated: tuple[DraAllocatedDevice, ...] = ()
+    reserved_for_pods: tuple[str, ...] = ()  # pod names (same namespace)
+
+
+class DeviceHealthView(Frozen):
+    """One device of a container's ``status.containerStatuses[].allocatedResourcesStatus`` (KEP-4680).
+
+    ``resource``: ``claim:<claim>/<request>`` for DRA, else the resource name
+    (``nvidia.com/gpu``); ``resource_id``: ``<driver>/<pool>/<device>`` for
+    DRA, else the device plugin's device id; ``health``: Healthy, Unhealthy
+    or Unknown.
+    """
+
+    container: str
+    resource: str
+    resource_id: str
+    health: str
+
+    @classmethod
+    def of_pod_status(cls, status: dict[str, Any]) -> tuple["DeviceHealthView", ...]:
+        """Every container status's ``allocatedResourcesStatus``; an entry without a resource id is left out."""
+        out = []
+        for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            for rs in (cs.get("allocatedResourcesStatus") if isinstance(cs, dict) else None) or []:
+                for r in (rs.get("resources") if isinstance(rs, dict) else None) or []:
+                    if isinstance(r, dict) and r.get("resourceID"):
+                        out.append(cls(container=str(cs.get("name", "")), resource=str(rs.get("name", "")),
+                                       resource_id=str(r["resourceID"]), health=str(r.get("health") or "Unknown")))
+        return tuple(out)
 
 
 class K8sView(Frozen):
@@ -165,6 +246,8 @@ class K8sView(Frozen):
     pods: tuple[K8sPodView, ...] = ()
     device_plugin_pods: tuple[DevicePluginPod, ...] = ()
     resource_slices: tuple[ResourceSliceView, ...] | None = None  # None: API not served
+    resource_claims: tuple[ResourceClaimView, ...] | None = None  # None: API not served or not readable
+    notes: tuple[str, ...] = ()  # what could not be read and was left out (DRA not served, a slice skipped)
 
 
 # -------------------------------------------------------------- NVML view

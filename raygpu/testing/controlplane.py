@@ -179,6 +179,9 @@ class Testbed:
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none", "--v=1",
+            # alpha in 1.34 and dropped from writes without the gate: DRA device taints and pods'
+            # allocatedResourcesStatus, which the doctor's DRA test writes (tests/integration/test_doctor_dra.py)
+            "--feature-gates=DRADeviceTaints=true,ResourceHealthStatus=true",
             f"--audit-policy-file={pkid / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
             "--audit-log-maxsize=200", "--audit-log-maxbackup=1"])
         from kubernetes import client as kclient

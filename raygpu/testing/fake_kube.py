@@ -19,6 +19,7 @@ scaled to zero or removed go away after the patch, as KubeRay deletes them.
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, NamedTuple
 
 from raygpu.errors import ConflictError, InvalidError, NotFoundError
@@ -66,6 +67,23 @@ class FakeKube:
         self.served: dict[str, dict[str, frozenset[str]]] = {"scheduling.k8s.io": {
             "v1": frozenset({"PriorityClass"}), "v1beta1": frozenset({"Workload", "PodGroup"}),
             "v1alpha3": frozenset({"Workload", "PodGroup", "CompositePodGroup"})}}
+        # API discovery (``dyn.resources.search``): (group, version, kind) served, e.g. ("resource.k8s.io", "v1",
+        # "ResourceSlice"); fail("discover", ...) makes discovery itself fail
+        self.served_kinds: set[tuple[str, str, str]] = set()
+
+    @property
+    def dyn(self) -> Any:
+        """The slice of ``DynamicClient`` the adapters use: ``dyn.resources.search(group=, kind=)``."""
+        fake = self
+
+        class _Resources:
+            @staticmethod
+            def search(group: str = "", kind: str = "") -> list[Any]:
+                fake._maybe_fail("discover", group, kind)
+                return [SimpleNamespace(group=g, api_version=v, kind=k) for g, v, k in sorted(fake.served_kinds)
+                        if g == group and k == kind]
+
+        return SimpleNamespace(resources=_Resources())
 
     def fail(self, method: str, error: BaseException, times: int = 1,
              when: Callable[..., bool] = lambda *args: True, lost: bool = False) -> None:

@@ -138,5 +138,7 @@ def test_resource_slice():
     s = {"metadata": {"name": "gpu-1-gpu.nvidia.com-abcde"},
          "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-1", "pool": {"name": "gpu-1", "generation": 1,
                   "resourceSliceCount": 1}, "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}
-    assert resource_slice(s).model_dump() == {"name": "gpu-1-gpu.nvidia.com-abcde", "node_name": "gpu-1",
-                                              "driver": "gpu.nvidia.com", "device_count": 2}
+    v = resource_slice(s)
+    assert (v.name, v.node_name, v.driver, v.device_count, v.pool, v.pool_generation, v.pool_slice_count) == (
+        "gpu-1-gpu.nvidia.com-abcde", "gpu-1", "gpu.nvidia.com", 2, "gpu-1", 1, 1)
+    assert [d.name for d in v.devices] == ["gpu-0", "gpu-1"]

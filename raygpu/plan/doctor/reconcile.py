@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from raygpu.model.findings import DoctorReport, Finding, Layer, NodeRow
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.views import Snapshot
-from raygpu.plan.doctor import checks_node, checks_ray
+from raygpu.plan.doctor import checks_dra, checks_node, checks_ray
 from raygpu.plan.doctor.checks_index import SnapshotIndex
 from raygpu.plan.doctor.facts import GPU_PRODUCT_LABEL
 from raygpu.plan.doctor.stranded import stranded_gpus
@@ -39,6 +39,7 @@ class Check:
     layer: Layer
     needs_ray: bool
     run: Callable[[SnapshotIndex], list[Finding]]
+    applies: Callable[[Snapshot], bool] = lambda snapshot: True  # False: not run, not listed in checks_run
 
 
 def checks(now_s: float, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> tuple[Check, ...]:
@@ -49,6 +50,7 @@ def checks(now_s: float, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> tupl
         Check("gpu-capacity", Layer.DEVICE_PLUGIN, False, checks_node.check_capacity),
         Check("gpu-allocatable", Layer.DEVICE_PLUGIN, False, checks_node.check_allocatable),
         Check("mig-strategy", Layer.DEVICE_PLUGIN, False, checks_node.check_mig_strategy),
+        Check("dra-devices", Layer.DEVICE_PLUGIN, False, checks_dra.check_dra, checks_dra.applies),
         Check("gpu-taints", Layer.KUBELET, False, checks_node.check_taints),
         Check(
             "ray-membership",
@@ -99,7 +101,7 @@ def reconcile(
     found: list[Finding] = []
     ran: list[str] = []
     for check in checks(now_s, orphan_grace_s):
-        if check.needs_ray and not snapshot.ray.reachable:
+        if (check.needs_ray and not snapshot.ray.reachable) or not check.applies(snapshot):
             continue
         ran.append(check.name)
         found.extend(check.run(ix))
@@ -107,7 +109,7 @@ def reconcile(
     return DoctorReport(
         **base,
         checks_run=tuple(ran),
-        rows=node_rows(ix, found),
+        rows=checks_dra.with_dra_rows(node_rows(ix, found), ix),
         findings=tuple(found),
         stranded=stranded_gpus(snapshot, templates=templates, include_pending_pgs=include_pending_pgs, index=ix),
     )
