@@ -26,7 +26,9 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
+from raygpu.gang.free import free_now
 from raygpu.gang.guard import guard_policy_for, wire_guard
+from raygpu.gang.requests import gang_request, list_reservations, load_plan, plan_placement_group  # noqa: F401
 from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.guard import GuardPolicy
 from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
@@ -264,7 +266,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     policy, problems = parse_cluster_policy(view.annotations)
     for pr in problems:
         progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
-    plan = plan_gang(request, view, policy)
+    free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
+    plan = plan_gang(request, view, policy, free)
     guard = guard_policy_for(kube, request.guard, view.annotations, plan, view.uid, progress)  # raises before writes
     if view.group(plan.reservation_group) is not None:
         raise PermanentError(f"a reservation named {request.name!r} already exists on {request.namespace}/"
@@ -325,7 +328,7 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
                     # our patch landed and its answer was lost: the group name is ours alone (the state
                     # ConfigMap of that name, created just before, would have refused a second driver)
                     break
-                new_plan = plan_gang(request, view, policy)
+                new_plan = plan_gang(request, view, policy, free)
                 if new_plan.need != plan.need:
                     raise PermanentError("the cluster's templates changed while reserving; retry the request")
         else:
@@ -359,37 +362,6 @@ def _undo_lost_create(kube: KubeAdapter, namespace: str, name: str, request_id: 
             kube.delete("v1", "ConfigMap", name, namespace, uid=md.get("uid"))
     except Exception:  # noqa: BLE001 - best effort; the error that made us undo is what the caller sees
         pass
-
-
-def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None,
-                 guard=None, expected_runtime_s=None) -> GangRequest:
-    return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
-                       bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
-                       owner_job=owner_job, guard=guard, expected_runtime_s=expected_runtime_s)
-
-
-def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
-                         namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
-                         name: str | None = None, queue: str | None = None,
-                         kubeconfig: str | None = None) -> GangPlan:
-    """Dry run: read the RayCluster and return the plan. Creates nothing, writes nothing.
-
-    Raises InfeasibleError (which bundle, which resource, which limit) or
-    PermanentError (bad input, unknown cluster or backend).
-    """
-    kube = KubeAdapter(kubeconfig)
-    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue)
-    return plan_gang(req, kube.get_raycluster(namespace, cluster))
-
-
-def load_plan(cm: dict) -> GangPlan:
-    return GangPlan.model_validate_json((cm.get("data") or {})["plan.json"])
-
-
-def list_reservations(kube: KubeAdapter, namespace: str | None, cluster: str | None = None) -> list[dict]:
-    """State ConfigMaps of reservations (raw dicts: the caller reads their annotations)."""
-    sel = LABEL_RESERVATION + (f",{LABEL_CLUSTER}={dns_label(cluster)}" if cluster else "")
-    return kube.list("v1", "ConfigMap", namespace, sel)
 
 
 def now() -> float:

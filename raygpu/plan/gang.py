@@ -9,6 +9,7 @@ template) for a request no worker group of the cluster can ever hold.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Union
 
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.annotations import ClusterPolicy, parse_cluster_policy
@@ -20,6 +21,9 @@ from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray
                                   template_capacity, template_gpu_shape)
 from raygpu.plan.gang_pack import SMALL as _SMALL, FewPods as _FewPods, FirstFit as _FirstFit
 from raygpu.plan.gang_shapes import ShapeOption, admission_fit, describe_fit, rank_options, shape_options
+
+# plan_gang's ``free``: one tuple for every template, per worker group name, or None (not known)
+FreeNow = Union[tuple[NodeFree, ...], Mapping[str, tuple[NodeFree, ...]], None]
 
 _EPS = 1e-9
 _KIND_WORDS = {GpuKind.WHOLE: "whole-GPU", GpuKind.MIG: "MIG", GpuKind.SHARE: "shared-GPU"}
@@ -214,11 +218,17 @@ def _asked(bundles: tuple[Bundle, ...], resources) -> dict[str, float]:
     return {r: sum(b.get(r) for b in bundles) for r in resources}
 
 
+def _free_of(free: FreeNow, c: _Candidate) -> tuple[NodeFree, ...] | None:
+    return free.get(c.group.group_name) if isinstance(free, Mapping) else free
+
+
 def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
-              free: tuple[NodeFree, ...] | None = None, *, templates: GangTemplates | None = None) -> GangPlan:
+              free: FreeNow = None, *, templates: GangTemplates | None = None) -> GangPlan:
     """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
 
-    ``free``: what the nodes the pods may use can bind now (``gang_shapes.free_nodes``);
+    ``free``: what the nodes the pods may use can bind now (``gang_shapes.free_nodes``), one tuple for
+    every template or, per worker group name, the nodes that template's pods may use
+    (``gang_free.free_by_template``; a group absent from it: not known);
     among the least wasteful shapes the planner prefers one that binds now, else
     the smallest pods (``raygpu.plan.gang_shapes``); None = not known.
     Promises: the plan uses one worker group template; every bundle fits its
@@ -295,7 +305,7 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
             pods = max(assign_option) + 1
             gpu_idle, other_idle = _waste(asked, c, pods)
             mig_rank = int(c.kind() is GpuKind.MIG and any(b.get(GPU) for b in bundles))  # prefer whole GPUs
-            fit = fits[c.index, pods] = admission_fit(c.k8s_requests(), pods, free)
+            fit = fits[c.index, pods] = admission_fit(c.k8s_requests(), pods, _free_of(free, c))
             idle = {r: pods * v - asked[r] for r, v in c.cap.items()}
             options.append(ShapeOption(waste_key=(mig_rank, round(gpu_idle, 6), pods, other_idle, c.index), idle=idle,
                                        pods=pods, fit=fit, payload=(c, assign_option)))

@@ -60,6 +60,7 @@ class FakeKube:
         self.extra_pods: list[K8sPodView] = []
         self.kuberay = kuberay  # delete the extra_pods of groups scaled to zero or removed, as KubeRay does
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> object, besides the RayCluster
+        self.allowed: set[tuple[str, str]] = set()  # SelfSubjectAccessReview answers: (verb, resource) allowed
         self.calls: list[tuple[str, tuple]] = []  # (method, args) of every create/merge_patch/delete/get
         self._failures: list[list[Any]] = []  # [method, error, times left, when]
         # what API discovery of an API group finds: group -> version -> kinds (default: a 1.37 server with
@@ -154,6 +155,10 @@ class FakeKube:
         self.events.append(Event(involved["kind"], involved["name"], reason, type_, message))
 
     def create(self, obj):
+        if obj["kind"] == "SelfSubjectAccessReview":  # a question, not a write: answered from ``allowed``
+            attrs = obj["spec"]["resourceAttributes"]
+            self._maybe_fail("access_review", attrs["verb"], attrs["resource"])
+            return {**copy.deepcopy(obj), "status": {"allowed": (attrs["verb"], attrs["resource"]) in self.allowed}}
         lost = self._maybe_fail("create", obj)
         key = (obj["kind"], obj["metadata"]["name"])
         if key in self.objects:
@@ -175,11 +180,12 @@ class FakeKube:
     def list(self, api_version, kind, namespace=None, label_selector="", field_selector=""):
         self._maybe_fail("list", api_version, kind, namespace, label_selector, field_selector)
         terms = [t.split("=", 1) for t in label_selector.split(",") if t]
-        fields = [t.split("=", 1) for t in field_selector.split(",") if t]  # only path=value, as the guard uses
+        fields = [(t.split("!=", 1), False) if "!=" in t else (t.split("=", 1), True)
+                  for t in field_selector.split(",") if t]  # path=value and path!=value
         return [copy.deepcopy(o) for (k, _), o in self.objects.items() if k == kind and all(
             (o["metadata"].get("labels") or {}).get(t[0]) == t[1] if len(t) == 2
             else t[0] in (o["metadata"].get("labels") or {}) for t in terms)
-            and all(_field(o, path) == value for path, value in fields)]
+            and all((_field(o, path) == value) == eq for (path, value), eq in fields)]
 
     def merge_patch(self, api_version, kind, name, namespace, body):
         self._maybe_fail("merge_patch", api_version, kind, name, namespace, body)

@@ -132,7 +132,10 @@ def test_plan_on_a_cluster_with_a_bad_num_gpus_exits_2_with_one_line(monkeypatch
 
         def get_raycluster(self, namespace, name):
             return RayClusterView.from_k8s(obj)
-    monkeypatch.setattr("raygpu.gang.reservation.KubeAdapter", Fake)
+
+        def create(self, review):  # the dry run asks whether it may read free capacity: no
+            return {**review, "status": {"allowed": False}}
+    monkeypatch.setattr("raygpu.gang.requests.KubeAdapter", Fake)
     name = obj["metadata"]["name"]
     assert main(["plan", "--cluster", name, "-n", NS, "--bundle", "GPU=1"]) == 2
     err = capsys.readouterr().err

@@ -1,0 +1,44 @@
+"""Requests and read-only views of reservations: build a GangRequest, plan one as a dry run, list and load
+state ConfigMaps. Nothing here writes (``reservation.reserve`` does)."""
+
+from __future__ import annotations
+
+import uuid
+
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.gang.free import free_now
+from raygpu.model.gang import GangPlan, GangRequest
+from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION, dns_label
+from raygpu.plan.gang import plan_gang
+
+
+def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None,
+                 guard=None, expected_runtime_s=None) -> GangRequest:
+    return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
+                       bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
+                       owner_job=owner_job, guard=guard, expected_runtime_s=expected_runtime_s)
+
+
+def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
+                         namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
+                         name: str | None = None, queue: str | None = None,
+                         kubeconfig: str | None = None) -> GangPlan:
+    """Dry run: read the RayCluster and return the plan. Creates nothing, writes nothing.
+
+    Raises InfeasibleError (which bundle, which resource, which limit) or
+    PermanentError (bad input, unknown cluster or backend).
+    """
+    kube = KubeAdapter(kubeconfig)
+    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue)
+    view = kube.get_raycluster(namespace, cluster)
+    return plan_gang(req, view, free=free_now(kube, view, lambda _: None))  # the plan reserve() would make
+
+
+def load_plan(cm: dict) -> GangPlan:
+    return GangPlan.model_validate_json((cm.get("data") or {})["plan.json"])
+
+
+def list_reservations(kube: KubeAdapter, namespace: str | None, cluster: str | None = None) -> list[dict]:
+    """State ConfigMaps of reservations (raw dicts: the caller reads their annotations)."""
+    sel = LABEL_RESERVATION + (f",{LABEL_CLUSTER}={dns_label(cluster)}" if cluster else "")
+    return kube.list("v1", "ConfigMap", namespace, sel)
