@@ -35,14 +35,15 @@ from raygpu.plan.doctor.facts import (
     EPS,
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
-    KIND_OF,
     MIG_STRATEGY_LABEL,
     TERMINAL_PHASES,
     as_float,
+    gpu_names,
     gpu_resources,
     nvml_reason_class,
     nvml_units_and_mig,
     pod_gpu_map,
+    shape_of,
 )
 
 
@@ -68,18 +69,22 @@ class NodeTally:
         "nvml_unavailable", "nvml_devices", "integer_model_gpus", "leftovers",
     )
 
-    def __init__(self, node: K8sNodeView) -> None:
+    def __init__(self, node: K8sNodeView, capacity_gpus: dict[str, float] | None = None,
+                 allocatable_gpus: dict[str, float] | None = None) -> None:
+        """``capacity_gpus`` / ``allocatable_gpus``: ``gpu_resources`` of the node's maps when the caller has them."""
         self.node = node
         labels = node.labels
         self.product = labels.get(GPU_PRODUCT_LABEL)
         self.mig_single = labels.get(MIG_STRATEGY_LABEL) == "single"
-        self.capacity_gpus = cap = gpu_resources(node.capacity)
+        allocatable = node.allocatable
+        self.capacity_gpus = cap = gpu_resources(node.capacity) if capacity_gpus is None else capacity_gpus
         # the usual node advertises its capacity as allocatable: one map then serves both (neither is changed)
-        self.allocatable_gpus = alloc = cap if node.allocatable == node.capacity else gpu_resources(node.allocatable)
+        self.allocatable_gpus = allocatable_gpus = allocatable_gpus if allocatable_gpus is not None else (
+            cap if allocatable == node.capacity else gpu_resources(allocatable))
         self.capacity_units = float(sum(cap.values()))
-        self.allocatable_cpu = node.allocatable.get("cpu", 0.0)
-        self.allocatable_memory = node.allocatable.get("memory", 0.0)
-        self.allocatable_units = float(sum(alloc.values()))
+        self.allocatable_units = float(sum(allocatable_gpus.values()))
+        self.allocatable_cpu = allocatable.get("cpu", 0.0)
+        self.allocatable_memory = allocatable.get("memory", 0.0)
         self.used_cpu = self.used_memory = self.pod_gpus = self.ray_gpus = self.integer_model_gpus = 0.0
         self.used_gpus: dict[str, float] = {}
         self.nvml_units: int | None = None
@@ -130,19 +135,7 @@ class SnapshotIndex:
         ix = cls(snapshot=snapshot)
         k8s = snapshot.k8s
         ix._index_ray(snapshot)
-        tallies = ix.tallies
-        for node in k8s.nodes:
-            ix.nodes[node.name] = node
-            tally = tallies[node.name] = NodeTally(node)
-            if not tally.capacity_units > 0:
-                ix.gpuless_nodes.append(node)
-            alloc = node.allocatable
-            for resource in tally.capacity_gpus:
-                if not alloc.get(resource, 0.0) > 0:
-                    ix.zero_allocatable_nodes.append(node)
-                    break
-            if MIG_STRATEGY_LABEL in node.labels:
-                ix.mig_labelled_nodes.append(node)
+        ix._index_nodes(k8s.nodes)
         paired_names = ix._index_pods(k8s.pods, _cluster_scope(snapshot, ix.live_ray_by_instance))
         # every live Ray node with an instance id has a live pod of that name when each name was paired
         if len(paired_names) != len(ix.live_ray_by_instance):
@@ -156,38 +149,93 @@ class SnapshotIndex:
         return ix
 
     def _index_ray(self, snapshot: Snapshot) -> None:
-        nvml, live, views = snapshot.nvml, self.live_ray_by_instance, self.nvml_by_pod
+        nvml, live, views, units = snapshot.nvml, self.live_ray_by_instance, self.nvml_by_pod, self.nvml_units_by_pod
+        live_nodes, ghosts = self.live_ray_nodes, self.ghost_suspects
         for rn in snapshot.ray.nodes:
             if not rn.alive:
                 continue
-            self.live_ray_nodes.append(rn)
+            live_nodes.append(rn)
             instance = rn.instance_id
             if not instance:
-                self.ghost_suspects.append(rn)
-            else:
-                live[instance] = rn
+                ghosts.append(rn)
+                continue
+            live[instance] = rn
+            if nvml:
                 view = nvml.get(rn.node_id)
                 if view is not None:
                     views[instance] = view
                     if view.available:
-                        self.nvml_units_by_pod[instance], mig = nvml_units_and_mig(view)
-                        if mig:
-                            self.nvml_mig_pods.add(instance)
+                        devices = view.devices
+                        seen = len(devices)
+                        for d in devices:  # nvml_units_and_mig, inlined: 20,000 views at 10,000 nodes
+                            if d.mig_enabled:
+                                seen = nvml_units_and_mig(view)[0]
+                                self.nvml_mig_pods.add(instance)
+                                break
+                        units[instance] = seen
+
+    def _index_nodes(self, nodes: tuple[K8sNodeView, ...]) -> None:
+        """A tally per node and the node lists of the checks.
+
+        Nodes of one pool have equal resource maps: their GPU maps and units are worked out once per
+        distinct map within this call and shared (read-only) by those nodes' tallies. The maps of a
+        validated snapshot hold floats, so equal maps are equal value for value, type included.
+        """
+        by_name, tallies = self.nodes, self.tallies
+        # (capacity items, allocatable items) -> (capacity GPU map, allocatable GPU map, some GPU not allocatable)
+        shapes: dict[tuple, tuple[dict[str, float], dict[str, float], bool]] = {}
+        for node in nodes:
+            cap, alloc = node.capacity, node.allocatable
+            key = (tuple(cap.items()), tuple(alloc.items()))
+            shape = shapes.get(key)
+            if shape is None:
+                cap_gpus = gpu_resources(cap)
+                alloc_gpus = cap_gpus if alloc == cap else gpu_resources(alloc)
+                zero = any(not alloc.get(resource, 0.0) > 0 for resource in cap_gpus)
+                shape = shapes[key] = (cap_gpus, alloc_gpus, zero)
+            by_name[node.name] = node
+            tally = tallies[node.name] = NodeTally(node, shape[0], shape[1])
+            if not tally.capacity_units > 0:
+                self.gpuless_nodes.append(node)
+            if shape[2]:
+                self.zero_allocatable_nodes.append(node)
+            if MIG_STRATEGY_LABEL in node.labels:
+                self.mig_labelled_nodes.append(node)
 
     def _index_pods(self, pods: tuple[K8sPodView, ...], scope: frozenset[str] | None) -> set[str]:
-        """Fill the tallies and the check lists; return the names of the live Ray pods with a live Ray node."""
+        """Fill the tallies and the check lists; return the names of the live Ray pods with a live Ray node.
+
+        The hot loop of the doctor (21,000 pods at 10,000 nodes): a pod's GPU map is built only when its
+        maps hold GPUs, and the GPU names of a map are looked up once per distinct set of names.
+        """
         units, tallies = self.gpu_units_by_pod, self.tallies
         live_ray, views, nvml_units = self.live_ray_by_instance, self.nvml_by_pod, self.nvml_units_by_pod
         by_name, ray_pods, nvml_mig = self.ray_pod_by_name, self.ray_pods, self.nvml_mig_pods
+        count_suspects, running_unpaired, container = self.count_suspects, self.running_unpaired, self.container_suspects
         paired: set[str] = set()
         first_worker = self.first_worker_of_group
+        last_group: tuple[str | None, str | None] | None = None
+        # a map's resource names -> (its GPU names, some of them a slice or share), within this call
+        names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]] = {}
         for pod in pods:
-            # the pod's GPU map (pod_gpu_map, inlined: the usual pod has requests == limits); not kept
             req, lim = pod.requests, pod.limits
-            gpus = gpu_resources(lim)
-            if req != lim:
-                for name, value in gpu_resources(req).items():
-                    gpus[name] = max(gpus.get(name, 0.0), value)
+            # the pod's GPU map (pod_gpu_map): lim's non-zero GPU entries, then the larger of each in req
+            names = tuple(lim)
+            got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
+            gpus = {name: value for name in got[0] if (value := lim[name])} if got[0] else None
+            sliced = got[1]
+            names = tuple(req)
+            got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
+            if got[0]:
+                sliced = sliced or got[1]
+                gpus = {} if gpus is None else gpus
+                for name in got[0]:
+                    if value := req[name]:
+                        gpus[name] = max(gpus.get(name, 0.0), value)
+            if not gpus:
+                gpus, sliced = None, False
+            elif sliced:  # some GPU name of the maps is a slice or share: is one in the map (not 0)?
+                sliced = any(shape_of(resource).kind is not GpuKind.WHOLE for resource in gpus)
             phase, node_name = pod.phase, pod.node_name
             tally = None
             if phase in TERMINAL_PHASES:
@@ -197,10 +245,10 @@ class SnapshotIndex:
                 if node_name:
                     tally = tallies.get(node_name)
                     if tally is not None:
-                        got = req.get("cpu")
-                        tally.used_cpu += lim.get("cpu", 0.0) if got is None else got
-                        got = req.get("memory")
-                        tally.used_memory += lim.get("memory", 0.0) if got is None else got
+                        got_cpu = req.get("cpu")
+                        tally.used_cpu += lim.get("cpu", 0.0) if got_cpu is None else got_cpu
+                        got_mem = req.get("memory")
+                        tally.used_memory += lim.get("memory", 0.0) if got_mem is None else got_mem
                         if gpus:
                             used = tally.used_gpus
                             for resource, count in gpus.items():
@@ -209,26 +257,25 @@ class SnapshotIndex:
                     self.pending_gpu_pods.append(pod)
             # a KubeRay pod (ray.io/cluster or ray.io/node-type label) of a cluster in scope (None: any)
             cluster = pod.ray_cluster
+            node_type = pod.ray_node_type
             if cluster is None:
-                if pod.ray_node_type is None:
+                if node_type is None:
                     continue
             elif scope is not None and cluster not in scope:
                 continue
             ray_pods.append(pod)
-            if pod.ray_node_type != "head":  # not pod.is_head
-                group = (cluster, pod.ray_group)
-                if group not in first_worker:
-                    first_worker[group] = pod
+            if node_type != "head":  # not pod.is_head
+                group = pod.ray_group
+                if last_group is None or last_group[0] != cluster or last_group[1] != group:
+                    last_group = (cluster, group)  # pods of a group come one after another: one tuple per run
+                    if last_group not in first_worker:
+                        first_worker[last_group] = pod
             name = pod.name
             if live or name not in by_name:  # a live pod wins over a terminated one of the same name
                 by_name[name] = pod
-            given = units[id(pod)] = sum(gpus.values())
-            sliced = False
-            for resource in gpus:
-                if KIND_OF[resource] is not GpuKind.WHOLE:  # every key of a GPU map has its kind there
-                    sliced = True
-                    self.sliced_pods.add(id(pod))
-                    break
+            given = units[id(pod)] = sum(gpus.values()) if gpus else 0
+            if sliced:
+                self.sliced_pods.add(id(pod))
             if not live:
                 continue
             rn = live_ray.get(name)
@@ -238,18 +285,19 @@ class SnapshotIndex:
                 # Ray's count differs from the pod's, or the pod's GPUs may be slices Ray counts as whole
                 if not abs(total - given) <= EPS or (total > 0 and (
                         sliced or name in nvml_mig or (tally is not None and tally.mig_single))):
-                    self.count_suspects.append(pod)
+                    count_suspects.append(pod)
             elif phase == "Running" and not pod.deleting:
-                self.running_unpaired.append(pod)
+                running_unpaired.append(pod)
             if not node_name:
                 if gpus and phase == "Pending" and not pod.deleting:
                     self.pending_gpu_ray_pods.append(pod)
                 continue
             view = views.get(name)
             if view is not None:
-                if phase == "Running" and not (view.available and abs(nvml_units[name] - given) < EPS):
-                    self.container_suspects.append(pod)
-                if not view.available and nvml_reason_class(view) == "driver":
+                available = view.available
+                if phase == "Running" and not (available and abs(nvml_units[name] - given) < EPS):
+                    container.append(pod)
+                if not available and nvml_reason_class(view) == "driver":
                     self.driver_broken_on_node.setdefault(node_name, []).append((pod, view))
             if tally is None:
                 continue

@@ -9,6 +9,7 @@ driver is not loaded, in which case it is the kernel driver's.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, Severity
 from raygpu.model.shapes import GpuKind
@@ -276,17 +277,13 @@ def _selector(pod: K8sPodView) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
 
 
-def _nodes_with(ix: SnapshotIndex, wanted: set[str], selector: dict[str, str]) -> list[K8sNodeView]:
-    """The snapshot's nodes with capacity of some ``wanted`` GPU resource whose labels match ``selector``."""
-    nodes = ix.snapshot.k8s.nodes
-    if len(wanted) == 1:
-        (resource,) = wanted
-        out = [n for n in nodes if n.capacity.get(resource, 0.0) > 0]
-    else:
-        out = [n for n in nodes if any(n.capacity.get(r, 0.0) > 0 for r in wanted)]
-    if selector:
-        out = [n for n in out if all(n.labels.get(k) == v for k, v in selector.items())]
-    return out
+def _nodes_with(ix: SnapshotIndex, wanted: set[str], selector: dict[str, str]) -> Iterator[K8sNodeView]:
+    """The snapshot's nodes with capacity of some ``wanted`` GPU resource whose labels match ``selector``,
+    in snapshot order and one at a time: the taint check stops at the first node that takes the group."""
+    for n in ix.snapshot.k8s.nodes:
+        cap = n.capacity
+        if any(cap.get(r, 0.0) > 0 for r in wanted) and all(n.labels.get(k) == v for k, v in selector.items()):
+            yield n
 
 
 def check_taints(ix: SnapshotIndex) -> list[Finding]:
@@ -298,17 +295,16 @@ def check_taints(ix: SnapshotIndex) -> list[Finding]:
     for (cluster, group), pods in sorted(pending.items()):
         pod = pods[0]  # pods of a group share the template's tolerations
         wanted = set(ix.pod_gpus(pod))
-        gpu_nodes = _nodes_with(ix, wanted, pod.node_selector)
-        if not gpu_nodes:
-            continue  # no node has the resource (or matches the selector): a capacity problem, not a taint one
-        blocked = []
-        for n in gpu_nodes:
+        blocked, taken = [], False
+        for n in _nodes_with(ix, wanted, pod.node_selector):
             taints = _untolerated(n, pod.tolerations)
             if not taints:
-                break  # one node takes the group: no finding (the rest need not be looked at)
+                taken = True  # one node takes the group: no finding (the rest need not be looked at)
+                break
             blocked.append((n, taints))
-        if len(blocked) < len(gpu_nodes):
-            continue
+        if taken or not blocked:
+            continue  # or no node has the resource (or matches the selector): a capacity problem, not a taint one
+        gpu_nodes = [n for n, _ in blocked]
         facts = [
             f"{n.name}: " + ", ".join(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in taints)
             for n, taints in blocked[:_MAX_FACTS]

@@ -58,6 +58,12 @@ def gpu_resources(resources: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def gpu_names(names: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """The GPU resources among ``names``, in their order, and whether one is a slice or share (not WHOLE)."""
+    gpu = tuple(name for name in names if shape_of(name) is not None)
+    return gpu, any(shape_of(name).kind is not GpuKind.WHOLE for name in gpu)
+
+
 def gpu_units(resources: dict[str, float]) -> float:
     """All GPU units in a Kubernetes resource map (whole GPUs, MIG slices and shares alike)."""
     return float(sum(gpu_resources(resources).values()))

@@ -25,7 +25,6 @@ from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.views import Snapshot
 from raygpu.plan.doctor import checks_dra, checks_node, checks_ray
 from raygpu.plan.doctor.checks_index import SnapshotIndex
-from raygpu.plan.doctor.facts import GPU_PRODUCT_LABEL
 from raygpu.plan.doctor.stranded import stranded_gpus
 
 DEFAULT_ORPHAN_GRACE_S = 120.0
@@ -125,23 +124,11 @@ def node_rows(ix: SnapshotIndex, findings: Iterable[Finding] = ()) -> tuple[Node
         if f.node:
             per_node[f.node] = per_node.get(f.node, 0) + 1
     rows = []
-    tallies = ix.tallies
+    tallies, is_gpu_node = ix.tallies, ix.is_gpu_node
     for name in ix.sorted_node_names():
         tally = tallies[name]
-        node = tally.node
-        if not ix.is_gpu_node(node):
+        if not (tally.capacity_units > 0 or tally.product is not None) and not is_gpu_node(tally.node):
             continue
-        rows.append(
-            NodeRow(
-                node=name,
-                product=node.labels.get(GPU_PRODUCT_LABEL),
-                ray_gpus=tally.ray_gpus,
-                pod_gpus=tally.pod_gpus,
-                kubelet_capacity=tally.capacity_units,
-                kubelet_allocatable=tally.allocatable_units,
-                nvml_gpus=tally.nvml_units,
-                nvml_unavailable=tally.nvml_unavailable,
-                findings=per_node.get(name, 0),
-            )
-        )
-    return tuple(rows)
+        rows.append((name, tally.product, tally.ray_gpus, tally.pod_gpus, tally.capacity_units, tally.allocatable_units,
+                     tally.nvml_units, tally.nvml_unavailable, per_node.get(name, 0)))
+    return NodeRow.typed_many(rows)

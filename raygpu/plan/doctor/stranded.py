@@ -114,26 +114,25 @@ def stranded_gpus(
             ((resource, count),) = alloc.items()
             used = tally.used_gpus.get(resource, 0.0)
             if not count - used > 0:  # the usual busy node: no GPU free, nothing stranded (_node_row's numbers)
-                rows.append(NodeStranded(
-                    node=name, allocatable_gpus=tally.allocatable_units, requested_gpus=0.0 + used, free_gpus=0.0,
-                    integer_model_gpus=round(tally.integer_model_gpus, 6), free_cpu=tally.allocatable_cpu - tally.used_cpu,
-                    free_memory_bytes=tally.allocatable_memory - tally.used_memory,
-                ))
+                rows.append((name, tally.allocatable_units, 0.0 + used, 0.0, round(tally.integer_model_gpus, 6), 0.0, 0.0,
+                             tally.allocatable_cpu - tally.used_cpu, tally.allocatable_memory - tally.used_memory, ()))
                 continue
         rows.append(_node_row(name, tally, shapes, smallest))
+    nodes = NodeStranded.typed_many(rows)
     return StrandedReport(
-        nodes=tuple(rows),
+        nodes=nodes,
         smallest_pending_gpus=smallest,
-        allocatable_gpus=sum([r.allocatable_gpus for r in rows]),
-        free_gpus=sum([r.free_gpus for r in rows]),
-        integer_model_gpus=round(sum([r.integer_model_gpus for r in rows]), 6),
-        cpu_memory_gpus=sum([r.cpu_memory_gpus for r in rows]),
-        fragment_gpus=sum([r.fragment_gpus for r in rows]),
+        allocatable_gpus=sum([r[1] for r in rows]),
+        free_gpus=sum([r[3] for r in rows]),
+        integer_model_gpus=round(sum([r[4] for r in rows]), 6),
+        cpu_memory_gpus=sum([r[5] for r in rows]),
+        fragment_gpus=sum([r[6] for r in rows]),
     )
 
 
-def _node_row(name: str, tally: NodeTally, shapes: list[_Shape], smallest: dict[str, float]) -> NodeStranded:
-    """The stranded arithmetic of node ``name`` (with allocatable GPUs), from what the index added up there."""
+def _node_row(name: str, tally: NodeTally, shapes: list[_Shape], smallest: dict[str, float]) -> tuple:
+    """The stranded arithmetic of node ``name`` (with allocatable GPUs), from what the index added up there:
+    the field values of its ``NodeStranded`` in field order (``NodeStranded.typed_many``), each of its type."""
     alloc, used_gpu = tally.allocatable_gpus, tally.used_gpus
     free_cpu = tally.allocatable_cpu - tally.used_cpu
     free_mem = tally.allocatable_memory - tally.used_memory
@@ -163,15 +162,5 @@ def _node_row(name: str, tally: NodeTally, shapes: list[_Shape], smallest: dict[
             )
     for rn, rest in tally.leftovers:
         reasons.append(f"Ray node {rn.node_id}: {fmt(round(rest, 6))} GPU left over by fractional tasks")
-    return NodeStranded(
-        node=name,
-        allocatable_gpus=tally.allocatable_units,
-        requested_gpus=sum([used_gpu.get(r, 0.0) for r in alloc]),
-        free_gpus=free_total,
-        integer_model_gpus=round(tally.integer_model_gpus, 6),
-        cpu_memory_gpus=cpu_mem,
-        fragment_gpus=frag,
-        free_cpu=free_cpu,
-        free_memory_bytes=free_mem,
-        reasons=tuple(reasons),
-    )
+    return (name, tally.allocatable_units, sum([used_gpu.get(r, 0.0) for r in alloc]), free_total,
+            round(tally.integer_model_gpus, 6), cpu_mem, frag, free_cpu, free_mem, tuple(reasons))
