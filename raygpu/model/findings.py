@@ -203,7 +203,7 @@ class NodeRow(Frozen):
     def typed_many(cls, rows: Iterable[tuple]) -> tuple[NodeRow, ...]:
         """One NodeRow per row of field values in field order (node, product, ray_gpus, pod_gpus,
         kubelet_capacity, kubelet_allocatable, nvml_gpus, nvml_unavailable, findings), built without
-        running validation.
+        running validation; ``dra_gpus`` is 0 (``checks_dra.with_dra_rows`` fills it).
 
         For the doctor's one row per GPU node. Safe only for values already of the field's type: the
         name and product a validated node's, the GPU counts floats (sums of a validated snapshot's floats,
@@ -213,7 +213,7 @@ class NodeRow(Frozen):
         for node, product, ray, pod, cap, alloc, nvml, nvml_unavailable, findings in rows:
             out.append({"node": node, "product": product, "ray_gpus": ray, "pod_gpus": pod, "kubelet_capacity": cap,
                         "kubelet_allocatable": alloc, "nvml_gpus": nvml, "nvml_unavailable": nvml_unavailable,
-                        "findings": findings})
+                        "dra_gpus": 0, "findings": findings})
         return _typed_many(cls, out)
 
 
