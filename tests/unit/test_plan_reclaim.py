@@ -236,7 +236,7 @@ def test_a_placement_the_planner_cannot_prove_keeps_every_candidate_that_could_h
 
 
 def test_decisions_built_without_validation_are_the_validated_ones():
-    """Decision.typed_many (plan_reclaim's one per pod) equals Decision(...) of the same values, state
+    """Decision.typed_many and typed_dicts (plan_reclaim's one per pod) equal Decision(...) of the same values, state
     included: fields in order (8 and 8.0 differ in JSON), fields set, extra and private (what pickling and
     copying carry), hash, and a copy with a change."""
     from raygpu.model.reclaim import Decision
@@ -246,6 +246,8 @@ def test_decisions_built_without_validation_are_the_validated_ones():
     names = ("pod_name", "group", "action", "reason", "detail", "k8s_node_name", "ray_node_id", "gpus", "idle_for_s")
     fast = Decision.typed_many(iter(rows))
     assert isinstance(fast, tuple) and len(fast) == 2
+    by_dicts = Decision.typed_dicts([dict(zip(names, row)) for row in rows])
+    assert by_dicts == fast and [d.__getstate__() for d in by_dicts] == [d.__getstate__() for d in fast]
     for d, row in zip(fast, rows):
         slow = Decision(**dict(zip(names, row)))
         assert d.__getstate__() == slow.__getstate__() and list(d.__dict__) == list(slow.__dict__)
