@@ -254,3 +254,20 @@ def test_decisions_built_without_validation_are_the_validated_ones():
         assert d.model_dump_json() == slow.model_dump_json() and hash(d) == hash(slow)
         assert d.model_copy(update={"detail": "x"}) == slow.model_copy(update={"detail": "x"})
         assert d.model_copy(update={"detail": "x"}).__pydantic_fields_set__ == set(names)
+
+
+def test_every_decision_of_a_plan_is_the_validated_decision_in_field_order():
+    """plan_reclaim writes each pod's Decision fields inline (kept with or without a Ray node, needed by a
+    pending PG, deleted): every one is what Decision(...) validates from the same values, fields in field
+    order (the JSON comparison of the golden plans does not see the order of ``__dict__``; repr does)."""
+    from raygpu.model.reclaim import Decision
+
+    p = plan(world().worker("busy").worker("new", ray=False).worker("idle", idle_for_s=IDLE)
+             .worker("young", idle_for_s=IDLE, age_s=10, gpus=0.5).worker("held", idle_for_s=IDLE, gpus=1)
+             .pg_pending([{"GPU": 1}]))
+    reasons = {d.reason for d in p.decisions}
+    assert {R.HEAD, R.NOT_IDLE_LONG_ENOUGH, R.IDLE, R.STARTUP_GRACE, R.NEEDED_BY_PENDING_PG} <= reasons
+    for d in p.decisions:
+        slow = Decision(**d.__dict__)
+        assert list(d.__dict__) == list(Decision.model_fields) and d.__getstate__() == slow.__getstate__()
+        assert repr(d) == repr(slow) and d.model_dump_json() == slow.model_dump_json()
