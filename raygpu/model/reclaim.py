@@ -11,9 +11,11 @@ the caller's job, and only when ``policy.mode`` is ``on``.
 from __future__ import annotations
 
 from enum import Enum
+from collections import deque
+from itertools import repeat
 from typing import Iterable
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from raygpu.model.base import Frozen
 
@@ -106,34 +108,43 @@ class Decision(Frozen):
     @classmethod
     def typed_many(cls, rows: Iterable[tuple]) -> tuple[Decision, ...]:
         """One Decision per row of field values in field order (pod_name, group, action, reason, detail,
-        k8s_node_name, ray_node_id, gpus, idle_for_s), built without running validation.
+        k8s_node_name, ray_node_id, gpus, idle_for_s), built without running validation: ``typed_dicts``
+        of the rows as dicts (the same promises and the same limits)."""
+        return cls.typed_dicts([dict(zip(_FIELD_ORDER, row)) for row in rows])
+
+    @classmethod
+    def typed_dicts(cls, fields: list[dict]) -> tuple[Decision, ...]:
+        """One Decision per dict of field values, built without running validation; each dict becomes the
+        Decision's ``__dict__`` as it is (not copied: the caller hands it over).
 
         For ``plan_reclaim``, which decides every pod (21,000 at 10,000 nodes, where validating each cost
-        more than the rest of the plan). Safe only for values already of the field's type, as there: the
-        strings and None come from validated views, the enums are members, and the numbers are floats
-        (``gpus`` a value of a validated ``RayNodeView.total`` or 0.0, ``idle_for_s`` ``now_s`` minus a
-        validated float, or None). It sets what ``BaseModel.model_construct(_fields_set=...)`` sets
-        (``__dict__`` in field order; every field set, one set shared by the rows of a call, as
-        ``model_construct`` shares the one it is given: a frozen model never changes it; no extra, no
-        private) without its per-field default lookups. tests/unit/test_plan_reclaim.py proves the result
-        equals ``Decision(...)`` state for state, and tests/unit/test_decision_equivalence.py compares every
-        golden plan as JSON text (where 8 and 8.0 differ).
+        more than the rest of the plan). Safe only for dicts that hold every field, in field order
+        (pod_name, group, action, reason, detail, k8s_node_name, ray_node_id, gpus, idle_for_s), each
+        value already of its field's type, as there: the strings and None come from validated views, the
+        enums are members, and the numbers are floats (``gpus`` a value of a validated
+        ``RayNodeView.total`` or 0.0, ``idle_for_s`` ``now_s`` minus a validated float, or None). It sets
+        what ``BaseModel.model_construct(_fields_set=...)`` sets (``__dict__``; every field set, one set
+        shared by the Decisions of a call, as ``model_construct`` shares the one it is given: a frozen
+        model never changes it; no extra, no private) without its per-field default lookups, and with no
+        Python-level step per Decision (``map`` over the slots' setters). tests/unit/test_plan_reclaim.py
+        proves the result equals ``Decision(...)`` state for state, and
+        tests/unit/test_decision_equivalence.py compares every golden plan as JSON text (where 8 and 8.0
+        differ).
         """
-        fields_set = set(_DECISION_FIELDS)
-        out = []
-        for pod_name, group, action, reason, detail, k8s_node_name, ray_node_id, gpus, idle_for_s in rows:
-            d = _new(cls)
-            _set(d, "__dict__", {"pod_name": pod_name, "group": group, "action": action, "reason": reason,
-                                 "detail": detail, "k8s_node_name": k8s_node_name, "ray_node_id": ray_node_id,
-                                 "gpus": gpus, "idle_for_s": idle_for_s})
-            _set(d, "__pydantic_fields_set__", fields_set)
-            _set(d, "__pydantic_extra__", None)
-            _set(d, "__pydantic_private__", None)
-            out.append(d)
-        return tuple(out)
+        n = len(fields)
+        out = tuple(map(_new, repeat(cls, n)))
+        deque(map(_SET_DICT, out, fields), 0)
+        deque(map(_SET_FIELDS_SET, out, repeat(set(_DECISION_FIELDS), n)), 0)  # one set, shared
+        deque(map(_SET_EXTRA, out, repeat(None, n)), 0)
+        deque(map(_SET_PRIVATE, out, repeat(None, n)), 0)
+        return out
 
 
-_new, _set = object.__new__, object.__setattr__
+_new = object.__new__
+# the setters of BaseModel's four slots (what object.__setattr__ finds for these names, called directly)
+_SET_DICT, _SET_FIELDS_SET, _SET_EXTRA, _SET_PRIVATE = (BaseModel.__dict__[name].__set__ for name in (
+    "__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"))
+_FIELD_ORDER = tuple(Decision.model_fields)
 _DECISION_FIELDS = frozenset(Decision.model_fields)
 
 

@@ -56,6 +56,7 @@ class _Bucket:
     live: int = 0
     free_heap: list[str] = field(default_factory=list)  # node ids
     cand_heaps: dict[str, list[tuple[tuple, str]]] = field(default_factory=dict)  # group -> (rank, node id)
+    takes: dict[int, bool] = field(default_factory=dict)  # demand shape id -> fits and matches (see buckets)
 
 
 class FreeIndex:
@@ -78,6 +79,36 @@ class FreeIndex:
         self.role: dict[str, str] = {}
         self.group: dict[str, str] = {}
         self.rank: dict[str, tuple] = {}
+        # (demand items, selectors' items) -> a small id, for the buckets' memo of what their shape takes:
+        # facts about a shape, so shared with every copy (as the buckets' memos are)
+        self._shape_ids: dict[tuple, int] = {}
+
+    @classmethod
+    def build(cls, rows: list[tuple[str, dict[str, str], dict[str, float], str, str, tuple, tuple[tuple, tuple]]]
+              ) -> "FreeIndex":
+        """An index of ``rows`` (node id, labels, free, role, group, rank, (labels sorted, free sorted)), in
+        node id order, each node new: what ``add`` of each row in turn gives (the same nodes, buckets and
+        heap entries), in one loop, each heap made at once."""
+        out = cls()
+        buckets, where = out._buckets, out._where
+        for nid, labels, free, role, group, rank, (label_key, free_key) in rows:
+            out.labels[nid], out._label_key[nid], out.group[nid], out.rank[nid] = labels, label_key, group, rank
+            out.free[nid], out.role[nid] = free, role
+            key = (label_key, free_key)
+            bucket = buckets.get(key)
+            if bucket is None:
+                bucket = buckets[key] = _Bucket(key, labels, free)
+            bucket.live += 1
+            where[nid] = bucket.key
+            if role == FREE:
+                bucket.free_heap.append(nid)
+            else:
+                bucket.cand_heaps.setdefault(group, []).append((rank, nid))
+        for bucket in buckets.values():
+            heapq.heapify(bucket.free_heap)  # already one when the rows come in node id order
+            for heap in bucket.cand_heaps.values():
+                heapq.heapify(heap)
+        return out
 
     def add(self, node_id: str, labels: dict[str, str], free: dict[str, float], role: str,
             group: str = "", rank: tuple = (), keys: tuple[tuple, tuple] | None = None) -> None:
@@ -115,16 +146,31 @@ class FreeIndex:
         """An independent copy (cheaper than adding every node again: nothing is re-sorted)."""
         out = FreeIndex()
         out._buckets = {k: _Bucket(b.key, b.labels, b.free, b.live, list(b.free_heap),
-                                   {g: list(h) for g, h in b.cand_heaps.items()}) for k, b in self._buckets.items()}
+                                   {g: list(h) for g, h in b.cand_heaps.items()}, b.takes)
+                        for k, b in self._buckets.items()}
+        out._shape_ids = self._shape_ids
         out._where, out._label_key = dict(self._where), dict(self._label_key)
         out.labels, out.free, out.role = dict(self.labels), dict(self.free), dict(self.role)
         out.group, out.rank = dict(self.group), dict(self.rank)
         return out
 
     def buckets(self, demand: dict[str, float], selectors: list[dict[str, str]]):
-        """The live buckets whose shape takes ``demand`` and matches every selector."""
-        return [b for b in list(self._buckets.values())
-                if b.live and fits(demand, b.free) and matches_all(selectors, b.labels)]
+        """The live buckets whose shape takes ``demand`` and matches every selector.
+
+        A bucket's shape never changes, so each bucket judges each demand shape once (``_Bucket.takes``):
+        a query costs one look per bucket, not a fit and a selector match."""
+        key = (tuple(demand.items()), tuple(tuple(s.items()) for s in selectors))
+        sid = self._shape_ids.get(key)
+        if sid is None:
+            sid = self._shape_ids[key] = len(self._shape_ids)
+        out = []
+        for b in self._buckets.values():
+            ok = b.takes.get(sid)
+            if ok is None:
+                ok = b.takes[sid] = fits(demand, b.free) and matches_all(selectors, b.labels)
+            if ok and b.live:
+                out.append(b)
+        return out
 
     def _current(self, bucket: _Bucket, node: str, role: str) -> bool:
         return self._where.get(node) is bucket.key and self._buckets.get(bucket.key) is bucket \

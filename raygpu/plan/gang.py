@@ -8,7 +8,7 @@ template) for a request no worker group of the cluster can ever hold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Union
 
 from raygpu.errors import InfeasibleError, PermanentError
@@ -77,6 +77,9 @@ class GangTemplates:
     candidates: tuple[_Candidate, ...]
     error: str | None = None
     policy: ClusterPolicy | None = None  # the cluster's annotations parsed (None: parsed by plan_gang)
+    # plan_gang's choice per (gang-template, strategy, bundles, free) it planned on these templates: a cache
+    # (the choice depends on nothing else), so that the many equal requests of a cycle choose once
+    choices: dict[tuple, tuple] = field(default_factory=dict, compare=False, repr=False)
 
 
 def gang_templates(cluster: RayClusterView) -> GangTemplates:
@@ -222,50 +225,12 @@ def _free_of(free: FreeNow, c: _Candidate) -> tuple[NodeFree, ...] | None:
     return free.get(c.group.group_name) if isinstance(free, Mapping) else free
 
 
-def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
-              free: FreeNow = None, *, templates: GangTemplates | None = None) -> GangPlan:
-    """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
-
-    ``free``: what the nodes the pods may use can bind now (``gang_shapes.free_nodes``), one tuple for
-    every template or, per worker group name, the nodes that template's pods may use
-    (``gang_free.free_by_template``; a group absent from it: not known);
-    among the least wasteful shapes the planner prefers one that binds now, else
-    the smallest pods (``raygpu.plan.gang_shapes``); None = not known.
-    Promises: the plan uses one worker group template; every bundle fits its
-    pod; the same inputs give the same plan; a shape never idles more GPUs
-    than the least wasteful one. Raises PermanentError (bad input,
-    unknown group, Kueue without a queue, ``templates`` of another cluster) or
-    InfeasibleError (cannot ever fit). ``templates``: ``gang_templates(cluster)``,
-    computed once for many requests; the plan is the same with or without it.
-    """
-    if templates is not None and templates.cluster is not cluster and templates.cluster != cluster:
-        raise PermanentError(f"templates were computed for RayCluster {templates.cluster.namespace}/"
-                             f"{templates.cluster.name}, not for {cluster.namespace}/{cluster.name}")
-    if policy is None:
-        policy = templates.policy if templates is not None and templates.policy is not None \
-            else parse_cluster_policy(cluster.annotations)[0]
-    # 1. Validate what the request models cannot check alone.
-    if (request.cluster, request.namespace) != (cluster.name, cluster.namespace):
-        raise PermanentError(f"request is for {request.namespace}/{request.cluster}, "
-                             f"the snapshot is {cluster.namespace}/{cluster.name}")
-    backend = request.backend or policy.gang_backend
-    queue = request.queue or policy.queue
-    if backend is Backend.KUEUE and not queue:
-        raise PermanentError("backend kueue needs a LocalQueue: set raygpu.io/queue or pass queue=")
-    if not cluster.worker_groups:
-        raise InfeasibleError(f"RayCluster {cluster.namespace}/{cluster.name} has no worker groups; "
-                              "a reservation copies a worker group template")
-    templates = templates or gang_templates(cluster)
-    if templates.error is not None:
-        raise PermanentError(templates.error)
-    cands = list(templates.candidates)
-    prefix = ""
-    if policy.gang_template is not None:
-        named = [c for c in cands if c.group.group_name == policy.gang_template]
-        if not named:
-            raise PermanentError(f"raygpu.io/gang-template names group '{policy.gang_template}'; the worker groups "
-                                 f"are: {', '.join(c.group.group_name for c in cands)}")
-        cands, prefix = named, f"raygpu.io/gang-template names group '{policy.gang_template}': "
+def _choose(request: GangRequest, cands: list[_Candidate], prefix: str, policy: ClusterPolicy,
+            free: FreeNow) -> tuple[_Candidate, PodNeed, tuple[int, ...], list[str]]:
+    """Steps 2-4 of ``plan_gang`` for ``request``'s bundles and strategy on ``cands``: (the template chosen,
+    the pods it needs, bundle -> pod, the reason's parts). Depends on the request's strategy and bundles,
+    ``policy.gang_template``, ``cands`` and ``free`` only (``GangTemplates.choices`` caches it by those);
+    raises InfeasibleError or PermanentError as ``plan_gang`` documents."""
     bundles = request.bundles
     fit_rows: dict[tuple, list[bool]] = {}  # equal bundles (the usual gang) are checked once per template
     fit = []
@@ -318,7 +283,6 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     # 4. Emit the plan with its explanation.
     group = chosen.group
     (shape, _), described, (requests, limits) = chosen.emitted()
-    rg = reservation_group_name(request.name)
     rule = {Strategy.STRICT_SPREAD: "one bundle per pod",
             Strategy.SPREAD: "one bundle per pod (raygpu owns the pods, so spreading costs nothing)",
             Strategy.STRICT_PACK: "all bundles on one pod",
@@ -339,6 +303,65 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     elif len({o.payload[0].index for o in options}) > 1:
         others = ", ".join(dict.fromkeys(f"'{o.payload[0].group.group_name}'" for o in ranked if o.payload[0] is not chosen))
         reason.append(f"chosen for least waste ({gpu_idle:g} Ray GPU idle) over {others}")
+    need = PodNeed(template_group=group.group_name, pod_count=pods, k8s_requests=requests, k8s_limits=limits,
+                   ray_resources=chosen.cap, gpu_shape=shape)
+    return chosen, need, tuple(assign), reason
+
+
+def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
+              free: FreeNow = None, *, templates: GangTemplates | None = None) -> GangPlan:
+    """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
+
+    ``free``: what the nodes the pods may use can bind now (``gang_shapes.free_nodes``), one tuple for
+    every template or, per worker group name, the nodes that template's pods may use
+    (``gang_free.free_by_template``; a group absent from it: not known);
+    among the least wasteful shapes the planner prefers one that binds now, else
+    the smallest pods (``raygpu.plan.gang_shapes``); None = not known.
+    Promises: the plan uses one worker group template; every bundle fits its
+    pod; the same inputs give the same plan; a shape never idles more GPUs
+    than the least wasteful one. Raises PermanentError (bad input,
+    unknown group, Kueue without a queue, ``templates`` of another cluster) or
+    InfeasibleError (cannot ever fit). ``templates``: ``gang_templates(cluster)``,
+    computed once for many requests; the plan is the same with or without it
+    (it also caches each choice of template and packing, so equal requests of a
+    cycle choose once; the same ``free`` object counts as the same capacity).
+    """
+    if templates is not None and templates.cluster is not cluster and templates.cluster != cluster:
+        raise PermanentError(f"templates were computed for RayCluster {templates.cluster.namespace}/"
+                             f"{templates.cluster.name}, not for {cluster.namespace}/{cluster.name}")
+    if policy is None:
+        policy = templates.policy if templates is not None and templates.policy is not None \
+            else parse_cluster_policy(cluster.annotations)[0]
+    # 1. Validate what the request models cannot check alone.
+    if (request.cluster, request.namespace) != (cluster.name, cluster.namespace):
+        raise PermanentError(f"request is for {request.namespace}/{request.cluster}, "
+                             f"the snapshot is {cluster.namespace}/{cluster.name}")
+    backend = request.backend or policy.gang_backend
+    queue = request.queue or policy.queue
+    if backend is Backend.KUEUE and not queue:
+        raise PermanentError("backend kueue needs a LocalQueue: set raygpu.io/queue or pass queue=")
+    if not cluster.worker_groups:
+        raise InfeasibleError(f"RayCluster {cluster.namespace}/{cluster.name} has no worker groups; "
+                              "a reservation copies a worker group template")
+    templates = templates or gang_templates(cluster)
+    if templates.error is not None:
+        raise PermanentError(templates.error)
+    cands = list(templates.candidates)
+    prefix = ""
+    if policy.gang_template is not None:
+        named = [c for c in cands if c.group.group_name == policy.gang_template]
+        if not named:
+            raise PermanentError(f"raygpu.io/gang-template names group '{policy.gang_template}'; the worker groups "
+                                 f"are: {', '.join(c.group.group_name for c in cands)}")
+        cands, prefix = named, f"raygpu.io/gang-template names group '{policy.gang_template}': "
+    bundles = request.bundles
+    key = (policy.gang_template, request.strategy, tuple(tuple(b.resources.items()) for b in bundles), id(free))
+    cached = templates.choices.get(key)
+    if cached is None or cached[0] is not free:
+        cached = templates.choices[key] = (free, *_choose(request, cands, prefix, policy, free))
+    _, chosen, need, assign, reason = cached
+    group, pods = chosen.group, need.pod_count
+    rg = reservation_group_name(request.name)
     notes = []
     if pods > group.max_replicas:
         notes.append(f"{pods} pods exceed group '{group.group_name}' maxReplicas={group.max_replicas}; allowed: "
@@ -346,7 +369,5 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     return GangPlan(
         name=request.name, cluster=cluster.name, namespace=cluster.namespace, strategy=request.strategy,
         backend=backend, queue=queue, timeout_s=request.timeout_s,
-        need=PodNeed(template_group=group.group_name, pod_count=pods, k8s_requests=requests, k8s_limits=limits,
-                     ray_resources=chosen.cap, gpu_shape=shape),
-        bundle_to_pod=tuple(assign), reservation_group=rg, gang_name=gang_name(cluster.name, request.name),
+        need=need, bundle_to_pod=assign, reservation_group=rg, gang_name=gang_name(cluster.name, request.name),
         reason="; ".join(reason + notes), notes=tuple(notes))

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, lt, not_
 from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
@@ -40,6 +42,7 @@ from raygpu.plan.placement import UNKNOWN, Unit, could_host, find_placement, uni
 from raygpu.plan.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
+_AVAILABLE = attrgetter("available")
 
 
 class Host(Protocol):
@@ -110,23 +113,26 @@ def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], shapes: lis
     gpu_floor = min((u.demand.get("GPU", 0.0) for u in shapes), default=0.0) - EPS
     judged: dict[tuple, tuple | None] = {}  # (labels, free) items as they come -> both sorted, None: takes no unit
     taken = []
-    for nid, h in hosts.items():
-        if gpu_floor > 0 and h.available.get("GPU", 0.0) < gpu_floor:
-            continue
-        raw = (tuple(h.labels.items()), tuple(h.available.items()))
+    items = hosts.items()
+    if gpu_floor > 0:  # in C: most nodes are busy, and one look at their free GPUs leaves them out
+        frees = map(_AVAILABLE, hosts.values())
+        items = compress(items, map(not_, map(lt, map(dict.get, frees, repeat("GPU"), repeat(0.0)), repeat(gpu_floor))))
+    for nid, h in items:
+        free = h.available
+        raw = (tuple(h.labels.items()), tuple(free.items()))
         keys = judged.get(raw, judged)
         if keys is judged:
             keys = judged[raw] = (tuple(sorted(raw[0])), tuple(sorted(raw[1]))) if any(
-                fits(u.demand, h.available) and matches_all(u.selectors, h.labels) for u in shapes) else None
+                fits(u.demand, free) and matches_all(u.selectors, h.labels) for u in shapes) else None
         if keys is not None:
             taken.append((nid, keys))
     taken.sort()
-    index = FreeIndex()
+    rows = []
     for nid, keys in taken:
-        c = candidates.get(nid)
-        index.add(nid, hosts[nid].labels, hosts[nid].available, FREE if c is None else CAND,
-                  c.group if c else "", c.rank if c else (), keys)
-    return index
+        h, c = hosts[nid], candidates.get(nid)
+        rows.append((nid, h.labels, h.available, FREE, "", (), keys) if c is None
+                    else (nid, h.labels, h.available, CAND, c.group, c.rank, keys))
+    return FreeIndex.build(rows)
 
 
 def _why(pg: PlacementGroupView, tail: str = "") -> str:

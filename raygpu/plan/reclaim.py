@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Container
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq, itemgetter
 from typing import NamedTuple
 
 from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
@@ -38,7 +39,7 @@ _GONE_PHASES = ("Succeeded", "Failed")
 R = ReclaimReason
 
 
-class _Worker(NamedTuple):  # one per pod of the cluster: a tuple, built in C
+class _Worker(NamedTuple):  # one per candidate (an idle worker it may delete): a tuple, built in C
     pod: K8sPodView
     group: str
     node: RayNodeView | None  # its live Ray node, None when Ray has none yet
@@ -46,6 +47,9 @@ class _Worker(NamedTuple):  # one per pod of the cluster: a tuple, built in C
 
 
 _NAME = attrgetter("name")
+_CLUSTER_NS = attrgetter("ray_cluster", "namespace")
+_ALIVE, _INSTANCE_ID = attrgetter("alive"), attrgetter("instance_id")
+_FIRST_TWO = itemgetter(0, 1)
 
 
 def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float) -> ReclaimPlan:
@@ -53,88 +57,106 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
     Returns a plan with one decision per pod of the cluster and one
     ``GroupScaleDown`` per group that shrinks. Never raises on odd input: a
-    worker it cannot judge is kept, with its reason.
+    worker it cannot judge is kept, with its reason. Pod names are unique in the
+    cluster's namespace (Kubernetes' own rule; the views come from the API).
 
-    Cost: a few passes over the pods and Ray nodes, each a plain loop; the only objects made per pod are
-    its tuple and its ``Decision`` (built without validation, ``Decision.typed``: every value is already
-    typed), and the pending-PG step (``plan.pending``) works on the candidates and nodes that could take a
-    pending bundle.
+    Cost: one pass over the Ray nodes, one over the pods of the snapshot and one over the cluster's pods,
+    each a plain loop; a pod that is kept costs one dict (its ``Decision``'s fields, made into Decisions
+    without validation by ``Decision.typed_dicts``), only the candidates get a tuple, and the pending-PG
+    step (``plan.pending``) works on the candidates and nodes that could take a pending bundle.
     """
     ns = cluster.namespace
     groups: dict[str, GroupTemplate] = {}  # by name, the first of a name as cluster.group() finds it
     for g in cluster.worker_groups:
         groups.setdefault(g.group_name, g)
-    # pod name -> its decision as a row of Decision's fields (Decision.typed_many makes them at the end);
-    # seeded in pod-name order, so that the plan's decisions need no sort
-    decisions: dict[str, tuple | None] = {}
-
-    def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
-        decisions[w.pod.name] = _row(w, _KEEP, reason, detail)
+    listed = {g.group_name: frozenset(g.workers_to_delete) for g in reversed(cluster.worker_groups)}
 
     # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name).
-    ray_by_pod: dict[str, RayNodeView] = {}  # of two live nodes with one instance id, the larger node id
-    for n in snapshot.ray.nodes:  # (as a dict built in node id order would keep; without sorting them all)
-        if n.alive and n.instance_id and ((cur := ray_by_pod.get(n.instance_id)) is None or n.node_id >= cur.node_id):
-            ray_by_pod[n.instance_id] = n
-    pods = sorted([p for p in snapshot.k8s.pods if p.ray_cluster == cluster.name and p.namespace == ns], key=_NAME)
-    workers: list[_Worker] = []
-    going_away: set[str] = set()  # names of pods on their way out (all in the cluster's namespace)
-    for pod in pods:
-        decisions[pod.name] = None
-        node = ray_by_pod.get(pod.name)
-        idle_for_s = now_s - node.idle_since_s if node is not None and node.idle_since_s is not None else None
-        w = _Worker(pod, pod.ray_group or (node.node_type if node is not None else None) or "", node, idle_for_s)
-        g = groups.get(w.group)
-        if pod.ray_node_type == "head" or (node is not None and node.is_head):
-            keep(w, R.HEAD, "the head is never reclaimed")
-        elif g is None:
-            keep(w, R.ALREADY_DELETING, f"group {w.group!r} is not in the RayCluster spec")
-            going_away.add(pod.name)
-        else:
-            workers.append(w)
-            if pod.deleting or (g.workers_to_delete and pod.name in g.workers_to_delete):
-                going_away.add(pod.name)
+    ray_by_pod = _ray_by_pod(snapshot.ray.nodes)
+    all_pods = snapshot.k8s.pods
+    pods = sorted(compress(all_pods, map(eq, map(_CLUSTER_NS, all_pods), repeat((cluster.name, ns)))), key=_NAME)
 
-    # 2. Protections, in order; the first that applies is the reason.
+    # 2. Protections, in order, in one pass over the pods in name order; the first that applies is the
+    #    reason. decisions: pod name -> its Decision's fields (None: a candidate, decided below).
+    decisions: dict[str, dict | None] = {}
     held = _bundle_holders(snapshot.ray.placement_groups)
+    pending_pgs = any(pg.state in _PENDING for pg in snapshot.ray.placement_groups)
+    hosts: dict[str, RayNodeView] = {}  # plan.pending's counted capacity (built only when a PG is pending)
     candidates: list[_Worker] = []
+    going_away: set[str] = set()  # names of pods on their way out (all in the cluster's namespace)
     drained: set[str] = set()  # candidates by drain (Ray's DRAINING state or ours), not by the idle timeout
     unreachable = None if snapshot.ray.reachable else f"Ray view unavailable: {snapshot.ray.reason or 'unknown'}"
     grace_s, live, drained_pods = policy.startup_grace_s, policy.live_reservations, policy.drained_pods
     timeouts = {g: policy.idle_timeout_for_s(g) for g in groups}
-    for w in workers:
-        pod, node = w.pod, w.node
-        if unreachable is not None:
-            keep(w, R.RAY_UNREACHABLE, unreachable)
-        elif going_away and pod.name in going_away:
-            keep(w, R.ALREADY_DELETING, "in workersToDelete or being deleted")
-        elif (age_s := now_s - pod.created_at_s) < grace_s:
-            keep(w, R.STARTUP_GRACE, f"age {age_s:.0f}s < startup grace {grace_s:.0f}s")
-        elif node is not None and held and node.node_id in held:
-            keep(w, R.HOLDS_BUNDLE, f"hosts a bundle of placement group {held[node.node_id]}")
-        elif (res := _reservation(w)) and (live is None or res in live):
-            keep(w, R.LIVE_RESERVATION, f"member of live reservation {res}")
-        elif ((node is not None and node.draining) or pod.name in drained_pods) \
-                and (node is None or node.draining or w.idle_for_s is not None):
-            candidates.append(w)  # the drain proved it idle: no timeout; the protections above still hold
-            drained.add(pod.name)
-        elif node is None:
-            keep(w, R.NOT_IDLE_LONG_ENOUGH, "no live Ray node for this pod yet")
-        elif w.idle_for_s is None:
-            keep(w, R.NOT_IDLE_LONG_ENOUGH, "busy")
-        elif w.idle_for_s < (timeout_s := timeouts[w.group]):
-            keep(w, R.NOT_IDLE_LONG_ENOUGH, f"idle {w.idle_for_s:.0f}s < timeout {timeout_s:.0f}s")
+    # per group: (its template, the names it lists in workersToDelete, its idle timeout, its reservation)
+    per_group = {name: (g, listed[name], timeouts[name], name if name.startswith(RESERVATION_GROUP_PREFIX) else None)
+                 for name, g in groups.items()}
+    no_group = (None, frozenset(), 0.0, None)
+    for pod in pods:  # the hot loop (21,000 pods at 10,000 nodes): plain reads, no call but the dict's
+        name = pod.name
+        node = ray_by_pod.get(name)
+        if node is None:
+            group, idle_for_s = pod.ray_group or "", None
         else:
-            candidates.append(w)
+            group = pod.ray_group or node.node_type or ""
+            idle_for_s = None if (since := node.idle_since_s) is None else now_s - since
+        g, in_list, timeout_s, group_res = per_group.get(group, no_group)
+        head = pod.ray_node_type == "head" or (node is not None and node.is_head)
+        away = g is None or pod.deleting or name in in_list
+        if away and not head:
+            going_away.add(name)
+        elif pending_pgs and node is not None and not node.draining and not pod.deleting \
+                and pod.phase not in _GONE_PHASES:
+            hosts[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
+        if head:
+            reason, detail = R.HEAD, "the head is never reclaimed"
+        elif g is None:
+            reason, detail = R.ALREADY_DELETING, f"group {group!r} is not in the RayCluster spec"
+        elif unreachable is not None:
+            reason, detail = R.RAY_UNREACHABLE, unreachable
+        elif away:
+            reason, detail = R.ALREADY_DELETING, "in workersToDelete or being deleted"
+        elif (age_s := now_s - pod.created_at_s) < grace_s:
+            reason, detail = R.STARTUP_GRACE, f"age {age_s:.0f}s < startup grace {grace_s:.0f}s"
+        elif node is not None and held and node.node_id in held:
+            reason, detail = R.HOLDS_BUNDLE, f"hosts a bundle of placement group {held[node.node_id]}"
+        elif (res := pod.labels.get(LABEL_RESERVATION, group_res)) and (live is None or res in live):
+            reason, detail = R.LIVE_RESERVATION, f"member of live reservation {res}"
+        elif ((node is not None and node.draining) or name in drained_pods) \
+                and (node is None or node.draining or idle_for_s is not None):
+            reason = None  # the drain proved it idle: no timeout; the protections above still hold
+            drained.add(name)
+        elif node is None:
+            reason, detail = R.NOT_IDLE_LONG_ENOUGH, "no live Ray node for this pod yet"
+        elif idle_for_s is None:
+            reason, detail = R.NOT_IDLE_LONG_ENOUGH, "busy"
+        elif idle_for_s < timeout_s:
+            reason, detail = R.NOT_IDLE_LONG_ENOUGH, f"idle {idle_for_s:.0f}s < timeout {timeout_s:.0f}s"
+        else:
+            reason = None
+        if reason is None:
+            decisions[name] = None
+            candidates.append(_Worker(pod, group, node, idle_for_s))
+        elif node is None:  # _fields, written out: one call less per pod
+            decisions[name] = {"pod_name": name, "group": group, "action": _KEEP, "reason": reason,
+                               "detail": detail, "k8s_node_name": pod.node_name, "ray_node_id": None,
+                               "gpus": 0.0, "idle_for_s": idle_for_s}
+        else:
+            decisions[name] = {"pod_name": name, "group": group, "action": _KEEP, "reason": reason,
+                               "detail": detail, "k8s_node_name": pod.node_name, "ray_node_id": node.node_id,
+                               "gpus": node.total.get("GPU", 0.0), "idle_for_s": idle_for_s}
+
+    def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
+        decisions[w.pod.name] = _fields(w.pod, w.group, w.node, w.idle_for_s, _KEEP, reason, detail)
 
     # 3. Pending-PG protection (plan.pending): keep the idle candidates that pending or
     # rescheduling PGs need to fit, after using every node that stays. Capacity counts
     # only on a Ray node whose pod exists and is not on its way out. It reads step 4's
     # headroom to prefer candidates the group minimum keeps anyway.
     pending, headroom = _headroom(cluster, decisions)
-    occupants = _occupants(snapshot, ns, going_away) if candidates else {}
-    if candidates and any(pg.state in _PENDING for pg in snapshot.ray.placement_groups):
-        needed = needed_by_pending_pgs(snapshot.ray.placement_groups, _hosts(ray_by_pod, pods, going_away),
+    occupants = _occupants(snapshot, ns, going_away, candidates)
+    if candidates and pending_pgs:
+        needed = needed_by_pending_pgs(snapshot.ray.placement_groups, hosts,
                                        _candidates([w for w in candidates if w.pod.name not in drained],
                                                    occupants, going_away),
                                        _spare(candidates, headroom),
@@ -142,7 +164,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         for w in candidates:
             if w.pod.name in needed:
                 keep(w, R.NEEDED_BY_PENDING_PG, needed[w.pod.name])
-    candidates = [w for w in candidates if decisions[w.pod.name] is None]
+        candidates = [w for w in candidates if decisions[w.pod.name] is None]
 
     # 4. The group minimum: at most headroom[group] deletions per group; the rest
     #    are kept with GROUP_MINIMUM.
@@ -151,9 +173,10 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     # 5b. Keep-warm groups (plan.warm): drained candidates go first (they take no work), then the last
     #     warm_targets[group] candidates in that order stay; other groups are untouched.
     warm = policy.warm_targets
-    mine = _staying_on_node(candidates, going_away)
-    candidates.sort(key=lambda w: (w.group in warm and w.pod.name not in drained,
-                                   _defrag_key(w, mine, occupants, going_away)))
+    order = [(w.group in warm and w.pod.name not in drained, key, w)
+             for w, key in zip(candidates, _defrag_keys(candidates, occupants, going_away))]
+    order.sort(key=_FIRST_TWO)  # the key ends with the pod name: no two are equal
+    candidates = [w for _, _, w in order]
     allowed = _warm_allowance(candidates, headroom, warm, drained)
     to_delete: dict[str, list[_Worker]] = defaultdict(list)
     for w in candidates:
@@ -174,8 +197,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         if not chosen:
             continue
         for w in chosen:
-            decisions[w.pod.name] = (_row(w, _DELETE, R.DRAINED, _drained(w, policy)) if w.pod.name in drained
-                                     else _row(w, _DELETE, R.IDLE, _idle_detail(w, policy)))
+            decisions[w.pod.name] = _fields(
+                w.pod, w.group, w.node, w.idle_for_s, _DELETE,
+                *((R.DRAINED, _drained(w, policy)) if w.pod.name in drained else (R.IDLE, _idle_detail(w, policy))))
         added = tuple(w.pod.name for w in chosen)
         scale_downs.append(GroupScaleDown(
             group_name=g.group_name, group_index=index, old_replicas=g.replicas,
@@ -194,9 +218,23 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         reclaimed_gpus=sum(w.node.gpu_total for w in deleted if w.node),
         idle_gpu_s=sum(w.node.gpu_total * (w.idle_for_s or 0.0) for w in deleted if w.node),
     )
-    # every pod has its row by now, in name order; made Decisions here, and not validated once more one by
-    # one inside the plan (model_copy does not validate: they are Decisions already)
-    return plan.model_copy(update={"decisions": Decision.typed_many(decisions.values())})
+    # every pod has its fields by now, in name order; made Decisions here, and not validated once more one
+    # by one inside the plan (model_copy does not validate: they are Decisions already)
+    return plan.model_copy(update={"decisions": Decision.typed_dicts(list(decisions.values()))})
+
+
+def _ray_by_pod(nodes: tuple[RayNodeView, ...]) -> dict[str, RayNodeView]:
+    """Pod name -> its live Ray node (``instance_id`` == pod name); of two live nodes with one instance id,
+    the larger node id (as a dict built in node id order would keep). Built by C loops when the instance
+    ids are unique (the usual case), else by a plain loop."""
+    live = list(filter(_INSTANCE_ID, compress(nodes, map(_ALIVE, nodes))))
+    out = dict(zip(map(_INSTANCE_ID, live), live))
+    if len(out) < len(live):  # two live nodes claim one pod: keep the larger node id, whatever the order
+        out = {}
+        for n in live:
+            if (cur := out.get(n.instance_id)) is None or n.node_id >= cur.node_id:
+                out[n.instance_id] = n
+    return out
 
 
 def _idle_detail(w: _Worker, policy: ReclaimPolicy) -> str:
@@ -216,26 +254,11 @@ def _warm_allowance(candidates: list[_Worker], headroom: dict[str, int], warm: d
     return {g: min(h, gone[g] + max(0, usable[g] - warm[g])) if g in warm else h for g, h in headroom.items()}
 
 
-def _hosts(ray_by_pod: dict[str, RayNodeView], pods: list[K8sPodView], going_away: set[str]) -> dict[str, RayNodeView]:
-    """Ray node id -> capacity that counts: a live Ray node, not DRAINING (Ray places nothing new there),
-    whose pod (of this cluster) exists, is not deleting, has not ended and is not on its way out (issue 14
-    item 6: a stale Ray node whose pod is gone hosts nothing)."""
-    out = {}
-    for p in pods:
-        node = ray_by_pod.get(p.name)
-        if node is not None and not node.draining and not p.deleting and p.phase not in _GONE_PHASES \
-                and not (going_away and p.name in going_away):
-            out[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
-    return out
-
-
 def _candidates(candidates: list[_Worker], occupants: dict[str, int], going_away: set[str]) -> dict[str, Candidate]:
     """By Ray node id, ranked least wanted deletion first: shares its node with most staying pods, then
     with most fellow candidates, then least idle, then node id."""
-    mine = _staying_on_node(candidates, going_away)
     out = {}
-    for w in candidates:
-        d = _defrag_key(w, mine, occupants, going_away)
+    for w, d in zip(candidates, _defrag_keys(candidates, occupants, going_away)):
         out[w.node.node_id] = Candidate(w.node.node_id, w.pod.name, w.group,
                                         ((-d[0], -d[1]), w.idle_for_s or 0.0, w.node.node_id))
     return out
@@ -265,13 +288,12 @@ def _drained(w: _Worker, policy: ReclaimPolicy) -> str:
     return ""
 
 
-def _row(w: _Worker, action: DecisionAction, reason: ReclaimReason, detail: str) -> tuple:
-    """The fields of ``w``'s Decision, in order (``Decision.typed_many``)."""
-    node = w.node
-    if node is None:
-        return (w.pod.name, w.group, action, reason, detail, w.pod.node_name, None, 0.0, w.idle_for_s)
-    return (w.pod.name, w.group, action, reason, detail, w.pod.node_name, node.node_id, node.total.get("GPU", 0.0),
-            w.idle_for_s)
+def _fields(pod: K8sPodView, group: str, node: RayNodeView | None, idle_for_s: float | None,
+            action: DecisionAction, reason: ReclaimReason, detail: str) -> dict:
+    """The fields of the pod's Decision, in field order (``Decision.typed_dicts``)."""
+    return {"pod_name": pod.name, "group": group, "action": action, "reason": reason, "detail": detail,
+            "k8s_node_name": pod.node_name, "ray_node_id": None if node is None else node.node_id,
+            "gpus": 0.0 if node is None else node.total.get("GPU", 0.0), "idle_for_s": idle_for_s}
 
 
 def _bundle_holders(pgs: tuple[PlacementGroupView, ...]) -> dict[str, str]:
@@ -301,26 +323,23 @@ def _headroom(cluster: RayClusterView, pod_names: Container[str]) -> tuple[dict[
     return pending, headroom
 
 
-def _reservation(w: _Worker) -> str | None:
-    """The reservation a worker belongs to: its pod label, else its rg- group."""
-    if LABEL_RESERVATION in w.pod.labels:
-        return w.pod.labels[LABEL_RESERVATION]
-    return w.group if w.group.startswith(RESERVATION_GROUP_PREFIX) else None
-
-
 def _stays(pod: K8sPodView, going_away: set[str]) -> bool:
     """The pod (of the cluster) will still be on its Kubernetes node after this plan, unless the plan deletes it."""
     return bool(pod.node_name) and not pod.deleting and pod.phase not in _GONE_PHASES \
         and not (going_away and pod.name in going_away)
 
 
-def _occupants(snapshot: Snapshot, namespace: str, going_away: set[str]) -> dict[str, int]:
-    """Kubernetes node name -> how many pods (of any cluster) will still be on it (counts, not sets: one cycle
-    at 10,000 nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full garbage
-    collection). ``going_away``: names in the cluster's ``namespace``."""
+def _occupants(snapshot: Snapshot, namespace: str, going_away: set[str], workers: list[_Worker]) -> dict[str, int]:
+    """Kubernetes node name -> how many pods (of any cluster) will still be on it, for the nodes of ``workers``
+    (the candidates: no other node is ever asked about; a node with none may be missing). Counts, not sets:
+    one cycle at 10,000 nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full
+    garbage collection. ``going_away``: names in the cluster's ``namespace``."""
+    wanted = {w.pod.node_name for w in workers if w.pod.node_name}
     out: dict[str, int] = defaultdict(int)
+    if not wanted:
+        return out
     for p in snapshot.k8s.pods:
-        if p.node_name and not p.deleting and p.phase not in _GONE_PHASES \
+        if p.node_name in wanted and not p.deleting and p.phase not in _GONE_PHASES \
                 and not (going_away and p.name in going_away and p.namespace == namespace):
             out[p.node_name] += 1
     return out
@@ -335,13 +354,24 @@ def _staying_on_node(workers: list[_Worker], going_away: set[str]) -> dict[str, 
     return out
 
 
-def _defrag_key(w: _Worker, mine: dict[str, int], occupants: dict[str, int], going_away: set[str]) -> tuple:
-    """Sort key: fewest pods that stay on its node, fewest fellow candidates, most idle, name.
+def _defrag_keys(workers: list[_Worker], occupants: dict[str, int], going_away: set[str]) -> list[tuple]:
+    """Per worker of ``workers`` (the candidates), its sort key: fewest pods that stay on its node, fewest
+    fellow candidates, most idle, name.
 
-    ``w`` is one of the candidates ``mine`` counts per node; of the other occupants of its node, those that
-    are not candidates stay and the rest are its fellow candidates."""
-    if not w.pod.node_name:
-        return (1, 0, -(w.idle_for_s or 0.0), w.pod.name)  # unknown node: never "frees" one
-    fellows = mine.get(w.pod.node_name, 0)
-    stay = occupants.get(w.pod.node_name, 0) - fellows
-    return (stay, fellows - (1 if _stays(w.pod, going_away) else 0), -(w.idle_for_s or 0.0), w.pod.name)
+    Of the other occupants of a worker's node, those that are not among ``workers`` stay and the rest are
+    its fellow candidates."""
+    stays = [_stays(w.pod, going_away) for w in workers]
+    mine: dict[str, int] = defaultdict(int)  # Kubernetes node name -> how many of ``workers`` are occupants
+    for w, s in zip(workers, stays):
+        if s:
+            mine[w.pod.node_name] += 1
+    out = []
+    for w, s in zip(workers, stays):
+        node = w.pod.node_name
+        if not node:
+            out.append((1, 0, -(w.idle_for_s or 0.0), w.pod.name))  # unknown node: never "frees" one
+        else:
+            fellows = mine.get(node, 0)
+            out.append((occupants.get(node, 0) - fellows, fellows - (1 if s else 0), -(w.idle_for_s or 0.0),
+                        w.pod.name))
+    return out

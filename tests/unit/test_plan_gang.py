@@ -301,3 +301,25 @@ def test_gang_templates_parse_the_cluster_policy_once_for_every_request():
     req = GangRequest(name="g", cluster=view.name, namespace=view.namespace, bundles=[{"GPU": 1}] * 3)
     assert plan_gang(req, view, templates=t) == plan_gang(req, view)
     assert plan_gang(req, view, templates=t).backend is Backend.VOLCANO
+
+
+def test_one_templates_object_reuses_a_choice_only_for_an_equal_request():
+    """gang_templates caches plan_gang's choice per (gang-template, strategy, bundles, free): many requests
+    of one cycle, of different shapes and free capacity, interleaved, each plan as plan_gang alone makes it
+    (names, reasons and notes are the request's own); an infeasible request still raises every time."""
+    from raygpu.model.gang import NodeFree
+    from raygpu.plan.gang import gang_templates
+
+    view = cluster().worker("small", gpus=2, cpus=16, max_replicas=1).worker("gpu", gpus=8, cpus=96).obj()
+    t = gang_templates(view)
+    tight = (NodeFree(free={"nvidia.com/gpu": 2, "cpu": 64}, allocatable={"nvidia.com/gpu": 8, "cpu": 64}),)
+    roomy = (NodeFree(free={"nvidia.com/gpu": 8, "cpu": 128}, allocatable={"nvidia.com/gpu": 8, "cpu": 128}),)
+    cases = [(gpus(1, 4), "PACK", None), (gpus(1, 4), "SPREAD", None), (gpus(1, 4), "PACK", tight),
+             (gpus(1, 4), "PACK", roomy), (gpus(2, 3), "PACK", None), (gpus(1, 4, CPU=1), "PACK", None)]
+    for i in range(3):
+        for j, (bundles, strategy, free) in enumerate(cases):
+            req = gang(bundles, strategy, name=f"job-{i}-{j}", cluster_name=view.name)
+            assert plan_gang(req, view, free=free, templates=t) == plan_gang(req, view, free=free), (i, j)
+        with pytest.raises(InfeasibleError):
+            plan_gang(gang(gpus(16), cluster_name=view.name), view, templates=t)
+    assert len(t.choices) == len(cases)  # one choice per distinct request shape, reused by the later rounds

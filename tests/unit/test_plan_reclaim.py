@@ -236,7 +236,7 @@ def test_a_placement_the_planner_cannot_prove_keeps_every_candidate_that_could_h
 
 
 def test_decisions_built_without_validation_are_the_validated_ones():
-    """Decision.typed_many (plan_reclaim's one per pod) equals Decision(...) of the same values, state
+    """Decision.typed_many and typed_dicts (plan_reclaim's one per pod) equal Decision(...) of the same values, state
     included: fields in order (8 and 8.0 differ in JSON), fields set, extra and private (what pickling and
     copying carry), hash, and a copy with a change."""
     from raygpu.model.reclaim import Decision
@@ -246,9 +246,28 @@ def test_decisions_built_without_validation_are_the_validated_ones():
     names = ("pod_name", "group", "action", "reason", "detail", "k8s_node_name", "ray_node_id", "gpus", "idle_for_s")
     fast = Decision.typed_many(iter(rows))
     assert isinstance(fast, tuple) and len(fast) == 2
+    by_dicts = Decision.typed_dicts([dict(zip(names, row)) for row in rows])
+    assert by_dicts == fast and [d.__getstate__() for d in by_dicts] == [d.__getstate__() for d in fast]
     for d, row in zip(fast, rows):
         slow = Decision(**dict(zip(names, row)))
         assert d.__getstate__() == slow.__getstate__() and list(d.__dict__) == list(slow.__dict__)
         assert d.model_dump_json() == slow.model_dump_json() and hash(d) == hash(slow)
         assert d.model_copy(update={"detail": "x"}) == slow.model_copy(update={"detail": "x"})
         assert d.model_copy(update={"detail": "x"}).__pydantic_fields_set__ == set(names)
+
+
+def test_every_decision_of_a_plan_is_the_validated_decision_in_field_order():
+    """plan_reclaim writes each pod's Decision fields inline (kept with or without a Ray node, needed by a
+    pending PG, deleted): every one is what Decision(...) validates from the same values, fields in field
+    order (the JSON comparison of the golden plans does not see the order of ``__dict__``; repr does)."""
+    from raygpu.model.reclaim import Decision
+
+    p = plan(world().worker("busy").worker("new", ray=False).worker("idle", idle_for_s=IDLE)
+             .worker("young", idle_for_s=IDLE, age_s=10, gpus=0.5).worker("held", idle_for_s=IDLE, gpus=1)
+             .pg_pending([{"GPU": 1}]))
+    reasons = {d.reason for d in p.decisions}
+    assert {R.HEAD, R.NOT_IDLE_LONG_ENOUGH, R.IDLE, R.STARTUP_GRACE, R.NEEDED_BY_PENDING_PG} <= reasons
+    for d in p.decisions:
+        slow = Decision(**d.__dict__)
+        assert list(d.__dict__) == list(Decision.model_fields) and d.__getstate__() == slow.__getstate__()
+        assert repr(d) == repr(slow) and d.model_dump_json() == slow.model_dump_json()
