@@ -1,10 +1,12 @@
-"""``raygpu testbed up|down|status [--json]``: the local testbed (real control plane + Ray)."""
+"""``raygpu testbed up|down|status [--kubernetes 1.N] [--json]``: the local testbed (real control plane + Ray)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+
+from raygpu.testing import components
 
 
 def register(sub) -> None:
@@ -14,13 +16,27 @@ def register(sub) -> None:
                                     "all real processes on 127.0.0.1. The first `up` builds the components from the "
                                     "Go module proxy (tens of minutes on 2 cores); later ones reuse the cache.")
     tb.add_argument("action", choices=["up", "down", "status"])
+    tb.add_argument("--kubernetes", choices=list(components.KUBERNETES), default=None,
+                    help="the control plane's Kubernetes minor: "
+                         + ", ".join(f"{k} (v{v.lstrip('v')})" for k, v in components.KUBERNETES.items())
+                         + f". Default: ${components.KUBERNETES_ENV} if set, else {components.DEFAULT_KUBERNETES}. "
+                           "1.37 also serves the Workload API (scheduling.k8s.io/v1beta1, gate GenericWorkload) and "
+                           "runs the 1.34 scheduler-plugins against it (docs/testbed.md). `up` stops a running "
+                           "testbed of another version; `status` describes the running one")
     tb.add_argument("--json", action="store_true", help="machine-readable output")
     tb.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from raygpu.testing.controlplane import Testbed
-    tb = Testbed()
+    from raygpu.testing.controlplane import Testbed, run_dir
+    try:
+        flag = args.kubernetes
+        if flag is None and args.action == "status":  # describe what runs, whatever its version
+            flag = Testbed.recorded_kubernetes(run_dir())
+        tb = Testbed(kubernetes=flag)
+    except ValueError as exc:  # a bad $RAYGPU_TESTBED_KUBERNETES
+        print(f"raygpu testbed: {exc}", file=sys.stderr)
+        return 2
     if args.action == "up":
         st = tb.up(progress=lambda m: print(f"[testbed] {m}", file=sys.stderr, flush=True))
         _print_status(st, args.json)
@@ -39,7 +55,8 @@ def _print_status(st: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(st, indent=2))
         return
-    print(f"testbed: {'UP' if st['up'] else 'DOWN'}   run dir: {st['run_dir']}")
+    print(f"testbed: {'UP' if st['up'] else 'DOWN'}   Kubernetes {st.get('kubernetes') or '-'}   "
+          f"run dir: {st['run_dir']}")
     print(f"kubeconfig: {st['kubeconfig']}   apiserver: {st['apiserver']}")
     if st.get("ready_s") is not None:
         print(f"ready in {st['ready_s']} s")

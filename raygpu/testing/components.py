@@ -3,6 +3,11 @@
 Binaries are built from the Go module proxy by ``scripts/build-components.sh``
 into ``$RAYGPU_CACHE/bin/<set>-<version>/`` (default ``~/.cache/raygpu``),
 keyed by versions, and reused when present.
+
+The control plane's Kubernetes version is selectable (``raygpu testbed up --kubernetes 1.37``, or
+``RAYGPU_TESTBED_KUBERNETES=1.37`` for every ``Testbed()``, the pytest fixture included). Everything
+else is shared: a non-default control plane runs the default set's scheduler-plugins (built with
+the default Kubernetes) against it, docs/testbed.md "Kubernetes versions".
 """
 
 from __future__ import annotations
@@ -24,11 +29,49 @@ VERSIONS = {
     "helm": "v4.3.2",  # not part of the testbed: the unit tests render and lint deploy/helm/raygpu with it
 }
 
+# `--kubernetes <minor>` -> the kube-apiserver/scheduler/controller-manager/kubectl version it runs
+KUBERNETES = {"1.34": "v1.34.4", "1.37": "v1.37.2"}
+DEFAULT_KUBERNETES = "1.34"
+KUBERNETES_ENV = "RAYGPU_TESTBED_KUBERNETES"
+# What a control plane turns on beyond its defaults (read from the v1.37.2 source, docs/testbed.md): the
+# Workload API (scheduling.k8s.io/v1beta1 Workload + PodGroup) is beta, gate GenericWorkload off by default
+# and its group version off by default; DRA (resource.k8s.io/v1) and its extended-resource mapping
+# (DRAExtendedResource, KEP-5004) are GA and locked on in 1.37, so nothing to set for them.
+# apiserver, scheduler, controller-manager. 1.34: DRA device taints and pods' allocatedResourcesStatus are
+# alpha there and dropped from writes without their gates (the doctor's DRA test writes both); on by default in 1.37.
+FEATURE_GATES = {"1.34": "DRADeviceTaints=true,ResourceHealthStatus=true", "1.37": "GenericWorkload=true"}
+RUNTIME_CONFIG = {"1.34": "", "1.37": "scheduling.k8s.io/v1beta1=true"}  # apiserver only
+
 BUILD_SCRIPT = Path(__file__).parent / "scripts" / "build-components.sh"
 # the build script's environment variable for each pinned version (so the script builds what _dirs() names)
 VERSION_ENV = {"kubernetes": "K8S_VERSION", "scheduler-plugins": "SCHED_PLUGINS_VERSION",
                "kuberay": "KUBERAY_VERSION", "kueue": "KUEUE_VERSION", "kwok": "KWOK_VERSION",
                "etcd": "ETCD_VERSION", "helm": "HELM_VERSION"}
+
+
+def selected_kubernetes(flag: str | None = None) -> str:
+    """The control plane to run: ``flag`` (``--kubernetes``), else ``$RAYGPU_TESTBED_KUBERNETES``, else the
+    default. Raises ValueError naming the bad value and the choices."""
+    value = flag or os.environ.get(KUBERNETES_ENV) or DEFAULT_KUBERNETES
+    if value not in KUBERNETES:
+        where = "--kubernetes" if flag else KUBERNETES_ENV
+        raise ValueError(f"{where}={value!r}: the testbed runs Kubernetes {' or '.join(KUBERNETES)}")
+    return value
+
+
+def versions(kubernetes: str = DEFAULT_KUBERNETES) -> dict[str, str]:
+    """Every pinned version of a testbed whose control plane is ``kubernetes`` (a key of KUBERNETES).
+    A non-default one also names the Kubernetes scheduler-plugins was built with (the version skew)."""
+    out = dict(VERSIONS)
+    if KUBERNETES[kubernetes] != VERSIONS["kubernetes"]:
+        out["kubernetes"] = KUBERNETES[kubernetes]
+        out["scheduler-plugins-kubernetes"] = VERSIONS["kubernetes"]
+    return out
+
+
+def other_control_planes() -> list[str]:
+    """The Kubernetes versions built as control-plane-only sets (the build script's K8S_OTHER_VERSIONS)."""
+    return [v for v in KUBERNETES.values() if v != VERSIONS["kubernetes"]]
 
 
 def cache_dir() -> Path:
@@ -53,16 +96,27 @@ class Binaries:
     kwok_stages: Path
 
 
-def _dirs() -> dict[str, Path]:
+def _dirs(kubernetes: str = DEFAULT_KUBERNETES) -> dict[str, Path]:
+    """The folder of each component set a testbed with this control plane needs, keyed by the build
+    script's target for it. ``k8s`` (the default Kubernetes + scheduler-plugins) is always needed; another
+    control plane is its own set ``k8s-vX.Y.Z`` (control plane and kubectl only)."""
     b = cache_dir() / "bin"
     v = VERSIONS
-    return {
+    out = {
         "k8s": b / f"k8s-{v['kubernetes']}-sp-{v['scheduler-plugins']}",
         "kuberay": b / f"kuberay-{v['kuberay']}",
         "kueue": b / f"kueue-{v['kueue']}",
         "kwok": b / f"kwok-{v['kwok']}",
         "etcd": b / f"etcd-{v['etcd']}",
     }
+    control_plane = KUBERNETES[kubernetes]
+    if control_plane != v["kubernetes"]:
+        out[f"k8s-{control_plane}"] = b / f"k8s-{control_plane}"
+    return out
+
+
+def _control_plane_dir(d: dict[str, Path], kubernetes: str) -> Path:
+    return d.get(f"k8s-{KUBERNETES[kubernetes]}", d["k8s"])
 
 
 def tool(name: str) -> Path:
@@ -75,46 +129,48 @@ def tool(name: str) -> Path:
     raise ValueError(f"no tool {name!r}: helm or kubectl")
 
 
-def missing() -> list[str]:
-    """Component sets not built yet."""
-    return [name for name, d in _dirs().items() if not (d / ".done").exists()]
+def missing(kubernetes: str = DEFAULT_KUBERNETES) -> list[str]:
+    """Component sets not built yet (build script targets)."""
+    return [name for name, d in _dirs(kubernetes).items() if not (d / ".done").exists()]
 
 
-def build_seconds() -> dict[str, int]:
+def build_seconds(kubernetes: str = DEFAULT_KUBERNETES) -> dict[str, int]:
     """Seconds each cached set took to build (as recorded when it was built)."""
     out = {}
-    for name, d in _dirs().items():
+    for name, d in _dirs(kubernetes).items():
         f = d / ".build_seconds"
         if f.exists():
             out[name] = int(f.read_text().strip() or 0)
     return out
 
 
-def ensure_built(progress=print) -> Binaries:
-    """Build what is missing (minutes on a cold cache), then return the binaries.
+def ensure_built(progress=print, kubernetes: str = DEFAULT_KUBERNETES) -> Binaries:
+    """Build what a testbed with this control plane needs and is missing (minutes on a cold cache), then
+    return the binaries.
 
     Raises RuntimeError naming the component whose build failed.
     """
-    todo = missing()
+    todo = missing(kubernetes)
     if todo:
         progress(f"building testbed components from the Go module proxy: {', '.join(todo)} "
                  f"(cold cache: about 30-45 min on 2 cores; cached in {cache_dir()}/bin)")
         t0 = time.monotonic()
-        env = dict(os.environ, RAYGPU_CACHE=str(cache_dir()), **{VERSION_ENV[k]: v for k, v in VERSIONS.items()})
+        env = dict(os.environ, RAYGPU_CACHE=str(cache_dir()), K8S_OTHER_VERSIONS=" ".join(other_control_planes()),
+                   **{VERSION_ENV[k]: v for k, v in VERSIONS.items()})
         for name in todo:
             proc = subprocess.run(["bash", str(BUILD_SCRIPT), name], env=env, stdout=sys.stderr, stderr=sys.stderr)
             if proc.returncode != 0:
                 raise RuntimeError(f"building testbed component set {name!r} failed (exit {proc.returncode}); "
                                    f"see the [build] lines above")
         progress(f"components built in {time.monotonic() - t0:.0f} s")
-    d = _dirs()
-    k = d["k8s"]
+    d = _dirs(kubernetes)
+    k, cp = d["k8s"], _control_plane_dir(d, kubernetes)
     return Binaries(
         etcd=d["etcd"] / "etcd",
-        kube_apiserver=k / "kube-apiserver",
-        kube_controller_manager=k / "kube-controller-manager",
-        kube_scheduler=k / "kube-scheduler",
-        kubectl=k / "kubectl",
+        kube_apiserver=cp / "kube-apiserver",
+        kube_controller_manager=cp / "kube-controller-manager",
+        kube_scheduler=cp / "kube-scheduler",
+        kubectl=cp / "kubectl",
         sp_scheduler=k / "sp-scheduler",
         sp_controller=k / "sp-controller",
         ray_operator=d["kuberay"] / "ray-operator",

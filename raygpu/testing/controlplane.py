@@ -2,7 +2,8 @@
 
 ``Testbed.up()`` starts, on 127.0.0.1 and without containers, in this order:
 
-1. etcd, 2. kube-apiserver (RBAC, token auth, ServiceAccount token signing),
+1. etcd, 2. kube-apiserver (RBAC, token auth, ServiceAccount token signing; with
+   ``kubernetes="1.37"`` v1.37.2 serving the Workload API too, components.FEATURE_GATES),
 3. kube-controller-manager (garbage collection) and kube-scheduler,
 4. CRDs from the modules the binaries were built from (KubeRay, scheduler-plugins,
    Kueue) and Volcano's PodGroup CRD, 5. scheduler-plugins' coscheduling
@@ -10,7 +11,7 @@
 7. the KubeRay operator, 8. Kueue with its webhooks served on loopback,
 9. the Ray bridge (a real Ray node for every Running Ray pod), 10. default nodes.
 
-State (ports, pids, kubeconfig) lives in ``run_dir/state.json`` so that
+State (ports, pids, kubeconfig, the Kubernetes version and every pinned version) lives in ``run_dir/state.json`` so that
 ``raygpu testbed status`` and ``down`` work from another process.
 """
 
@@ -55,12 +56,23 @@ def run_dir() -> Path:
 
 
 class Testbed:
-    """Handle on a testbed described by ``run_dir/state.json``."""
+    """Handle on a testbed described by ``run_dir/state.json``, wanted with the control plane ``kubernetes``
+    (``components.KUBERNETES``; default ``$RAYGPU_TESTBED_KUBERNETES``, else ``components.DEFAULT_KUBERNETES``).
+    Raises ValueError for a version the testbed does not run."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, kubernetes: str | None = None) -> None:
+        self.kubernetes = components.selected_kubernetes(kubernetes)
+        self.versions = components.versions(self.kubernetes)
         self.root = root or run_dir()
         self.state_file = self.root / "state.json"
         self.state: dict[str, Any] = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+
+    @staticmethod
+    def recorded_kubernetes(root: Path) -> str | None:
+        """The control plane version the testbed in ``root`` was (last) started with, if it is one we run."""
+        f = root / "state.json"
+        k = json.loads(f.read_text()).get("kubernetes") if f.exists() else None
+        return k if k in components.KUBERNETES else None
 
     # ------------------------------------------------------------ accessors
     @property
@@ -86,9 +98,10 @@ class Testbed:
 
     def is_ours(self) -> bool:
         """The running testbed was started by this checkout's code with these component versions. One from
-        another checkout (its bridge runs that checkout's raygpu) or other versions (another KubeRay) is
-        not reused: ``up()`` stops it and starts afresh, so a test never runs against what it did not pin."""
-        return self.state.get("versions") == components.VERSIONS and self.state.get("code") == CODE_ROOT
+        another checkout (its bridge runs that checkout's raygpu) or other versions (another KubeRay, another
+        Kubernetes) is not reused: ``up()`` stops it and starts afresh, so a test never runs against what it
+        did not pin."""
+        return self.state.get("versions") == self.versions and self.state.get("code") == CODE_ROOT
 
     def _save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -124,13 +137,13 @@ class Testbed:
 
     def _up_once(self, progress, nodes: dict[str, str] | None) -> dict[str, Any]:
         self.down(quiet=True)
-        bins = components.ensure_built(progress)
+        bins = components.ensure_built(progress, self.kubernetes)
         t0 = time.monotonic()
         self.root.mkdir(parents=True, exist_ok=True)
         for stale in ("etcd-data", "pki"):
             _rmtree(self.root / stale)
-        self.state = {"started_at": time.time(), "pids": {}, "ports": {}, "versions": components.VERSIONS,
-                      "code": CODE_ROOT, "kubeconfig": str(self.kubeconfig)}
+        self.state = {"started_at": time.time(), "pids": {}, "ports": {}, "kubernetes": self.kubernetes,
+                      "versions": self.versions, "code": CODE_ROOT, "kubeconfig": str(self.kubeconfig)}
         ports = self.state["ports"]
         for name in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "sp_scheduler", "sp_metrics", "sp_probe",
                      "kwok", "kuberay_metrics", "kuberay_probe", "kueue_webhook", "kueue_metrics", "kueue_probe",
@@ -179,11 +192,8 @@ class Testbed:
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none", "--v=1",
-            # alpha in 1.34 and dropped from writes without the gate: DRA device taints and pods'
-            # allocatedResourcesStatus, which the doctor's DRA test writes (tests/integration/test_doctor_dra.py)
-            "--feature-gates=DRADeviceTaints=true,ResourceHealthStatus=true",
             f"--audit-policy-file={pkid / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
-            "--audit-log-maxsize=200", "--audit-log-maxbackup=1"])
+            "--audit-log-maxsize=200", "--audit-log-maxbackup=1", *self._feature_flags(runtime_config=True)])
         from kubernetes import client as kclient
 
         def readyz() -> bool:
@@ -204,13 +214,19 @@ class Testbed:
             # kwok nodes have no kubelet: no node lifecycle/IPAM/cloud controllers.
             "--controllers=*,-node-lifecycle-controller,-node-ipam-controller",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--v=1"])
+            "--v=1", *self._feature_flags()])
         self._start("kube-scheduler", [
             str(bins.kube_scheduler), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
             f"--secure-port={ports['scheduler']}", "--bind-address=127.0.0.1",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--v=1"])
+            "--v=1", *self._feature_flags()])
         self._wait_namespace_sa("default", kclient)
+
+    def _feature_flags(self, runtime_config: bool = False) -> list[str]:
+        """What this control plane turns on beyond its defaults (components.FEATURE_GATES, RUNTIME_CONFIG)."""
+        gates, rc = components.FEATURE_GATES[self.kubernetes], components.RUNTIME_CONFIG[self.kubernetes]
+        return ([f"--feature-gates={gates}"] if gates else []) + (
+            [f"--runtime-config={rc}"] if rc and runtime_config else [])
 
     def _wait_namespace_sa(self, ns: str, kclient) -> None:
         from raygpu.testing.kube import api_client
@@ -290,18 +306,21 @@ class Testbed:
     def status(self) -> dict[str, Any]:
         pids = self.state.get("pids", {})
         comps = {}
-        versions = self.state.get("versions", components.VERSIONS)
+        versions = self.state.get("versions", self.versions)
         vmap = {"etcd": "etcd", "kube-apiserver": "kubernetes", "kube-controller-manager": "kubernetes",
                 "kube-scheduler": "kubernetes", "sp-scheduler": "scheduler-plugins", "sp-controller": "scheduler-plugins",
                 "kwok": "kwok", "ray-operator": "kuberay", "kueue": "kueue"}
         for name, pid in pids.items():
             comps[name] = {"pid": pid, "alive": alive(pid), "version": versions.get(vmap.get(name, ""), None)}
+            if name.startswith("sp-") and "scheduler-plugins-kubernetes" in versions:  # the version skew
+                comps[name]["version"] += f" (built with k8s {versions['scheduler-plugins-kubernetes']})"
         if "bridge" in comps:
             import ray
             comps["bridge"]["version"] = f"ray {ray.__version__}"
         from raygpu.testing.bridge import ray_clusters
         return {
             "up": self.is_up(),
+            "kubernetes": self.state.get("kubernetes", components.DEFAULT_KUBERNETES if self.state else None),
             "run_dir": str(self.root),
             "kubeconfig": str(self.kubeconfig) if self.kubeconfig.exists() else None,
             "apiserver": f"https://127.0.0.1:{self.state['ports']['apiserver']}" if self.state.get("ports") else None,
@@ -309,7 +328,7 @@ class Testbed:
             "audit_log": str(self.audit_log),
             "components": comps,
             "ray_clusters": ray_clusters(self.root / "ray"),
-            "build_seconds": components.build_seconds(),
+            "build_seconds": components.build_seconds(self.kubernetes),
             "ports": self.state.get("ports", {}),
         }
 

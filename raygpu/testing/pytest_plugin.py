@@ -1,8 +1,10 @@
 """pytest fixtures for tests on the testbed.
 
-* ``testbed`` (session): the control plane. Reuses a running one (``raygpu
-  testbed up``), else starts it and stops it at the end. If it cannot start,
-  every test that needs it errors with the reason: nothing is skipped.
+* ``testbed`` (session): the control plane, Kubernetes ``$RAYGPU_TESTBED_KUBERNETES``
+  (``1.34`` or ``1.37``; default 1.34; a bad value stops the session with exit 2
+  before any test). Reuses a running one of that version started by this checkout
+  (``raygpu testbed up --kubernetes X``), else starts it and stops it at the end.
+  If it cannot start, every test that needs it errors with the reason: nothing is skipped.
 * ``ns`` (function): a fresh namespace, deleted afterwards.
 * ``pool`` (function): nodes private to the test (label ``raygpu.io/pool``),
   removed afterwards; ``pool.add({"n1": "h100x8"})``.
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from raygpu.model.labels import LABEL_POOL
-from raygpu.testing import addons
+from raygpu.testing import addons, components
 from raygpu.testing.controlplane import Testbed
 
 
@@ -29,6 +31,18 @@ from raygpu.testing.controlplane import Testbed
 # ~/.ray/auth_token, after which every `ray start` on this machine (the testbed's bridge, a user's) turns
 # token auth on by itself. Tests run without Ray auth unless the caller chose a mode.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def pytest_configure(config):
+    try:
+        components.selected_kubernetes()
+    except ValueError as exc:  # bad input: say so and stop before anything starts
+        pytest.exit(f"raygpu testbed: {exc}", returncode=2)
+
+
+def pytest_report_header(config):
+    k = components.selected_kubernetes()
+    return f"raygpu testbed: Kubernetes {k} ({components.KUBERNETES[k]}; ${components.KUBERNETES_ENV})"
 
 
 def pytest_collection_modifyitems(items):

@@ -1,23 +1,88 @@
-"""Issue 2: the testbed is real and does what KubeRay, the schedulers and Ray do."""
+"""Issue 2: the testbed is real and does what KubeRay, the schedulers and Ray do; issue 13: on the Kubernetes
+it was asked for ($RAYGPU_TESTBED_KUBERNETES), 1.37 with the Workload API and DRA served."""
 
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
+import urllib.request
 
 from kubernetes import client
 
 from raygpu.testing import components
 from raygpu.testing import manifests as m
+from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.kube import apply
 from tests.integration.util import alive_ray_nodes, pods, ray_address, wait_for
 
 
+def _kubectl(testbed) -> str:
+    return str(components.ensure_built(lambda _m: None, testbed.kubernetes).kubectl)
+
+
+def _get(testbed, port: int, path: str) -> str:
+    """GET https://127.0.0.1:<port><path> as admin (the API server, or a scheduler's / controller-manager's
+    secure port, which delegate authn/authz to the API server); their serving certs are self-signed."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10, context=ctx) as r:  # noqa: S310 - loopback
+        return r.read().decode()
+
+
+def test_the_control_plane_runs_the_selected_kubernetes(testbed):
+    want = components.KUBERNETES[components.selected_kubernetes()]
+    assert testbed.kubernetes == components.selected_kubernetes() and testbed.state["kubernetes"] == testbed.kubernetes
+    ports = testbed.state["ports"]
+    assert json.loads(_get(testbed, ports["apiserver"], "/version"))["gitVersion"] == want
+    client_server = json.loads(subprocess.run([_kubectl(testbed), "--kubeconfig", str(testbed.kubeconfig), "version",
+                                               "-o", "json"], check=True, capture_output=True, text=True).stdout)
+    assert client_server["clientVersion"]["gitVersion"] == client_server["serverVersion"]["gitVersion"] == want
+    status = json.loads(subprocess.run([sys.executable, "-m", "raygpu.cli", "testbed", "status", "--json"],
+                                       check=True, capture_output=True, text=True).stdout)
+    assert status["up"] and status["kubernetes"] == testbed.kubernetes
+    assert status["components"]["kube-scheduler"]["version"] == want
+
+
+def test_on_1_37_the_workload_api_and_dra_are_served_and_gated_on(testbed, ns, kube):
+    if testbed.kubernetes != "1.37":
+        assert "scheduling.k8s.io/v1beta1" not in _api_versions(testbed)  # the default testbed is plain 1.34
+        return
+    served = _api_versions(testbed)
+    assert {"workloads", "podgroups"} <= served["scheduling.k8s.io/v1beta1"]
+    assert {"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"} <= served["resource.k8s.io/v1"]
+    # served means stored: the gate is on in the API server, not only the group version in discovery
+    wl = kube.resources.get(api_version="scheduling.k8s.io/v1beta1", kind="Workload")
+    wl.create(namespace=ns, body={"metadata": {"name": "gang"}, "spec": {"podGroupTemplates": [
+        {"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}}}]}})
+    pg = kube.resources.get(api_version="scheduling.k8s.io/v1beta1", kind="PodGroup")
+    pg.create(namespace=ns, body={"metadata": {"name": "workers"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})
+    assert wl.get(name="gang", namespace=ns).spec.podGroupTemplates[0].schedulingPolicy.gang.minCount == 2
+    assert pg.get(name="workers", namespace=ns).spec.schedulingPolicy.gang.minCount == 2
+    # ... and in the scheduler and the controller-manager (their gang plugin / PodGroup protection controller)
+    ports = testbed.state["ports"]
+    for name, port in (("kube-apiserver", ports["apiserver"]), ("kube-scheduler", ports["scheduler"]),
+                       ("kube-controller-manager", ports["kcm"])):
+        metrics = _get(testbed, port, "/metrics")
+        assert 'kubernetes_feature_enabled{name="GenericWorkload",stage="BETA"} 1' in metrics, name
+
+
+def _api_versions(testbed) -> dict[str, set[str]]:
+    out = subprocess.run([_kubectl(testbed), "--kubeconfig", str(testbed.kubeconfig), "api-resources", "-o", "wide",
+                          "--no-headers"], check=True, capture_output=True, text=True).stdout
+    served: dict[str, set[str]] = {}
+    for line in out.splitlines():
+        cols = line.split()
+        name, group_version = cols[0], next(c for c in cols[1:] if "/" in c or c == "v1")
+        served.setdefault(group_version, set()).add(name)
+    return served
+
+
 def test_kubectl_lists_gpu_nodes_with_capacity(testbed):
-    bins = testbed.root.parent / "bin"
-    kubectl = next(bins.glob("k8s-*/kubectl"))
-    out = subprocess.run([str(kubectl), "--kubeconfig", str(testbed.kubeconfig), "get", "nodes", "-o", "json"],
+    kubectl = _kubectl(testbed)
+    out = subprocess.run([kubectl, "--kubeconfig", str(testbed.kubeconfig), "get", "nodes", "-o", "json"],
                          check=True, capture_output=True, text=True).stdout
     nodes = {n["metadata"]["name"]: n for n in json.loads(out)["items"]}
     assert nodes["gpu-a"]["status"]["capacity"]["nvidia.com/gpu"] == "8"
@@ -25,7 +90,7 @@ def test_kubectl_lists_gpu_nodes_with_capacity(testbed):
     assert nodes["mig-a"]["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "8"
     assert nodes["mig-a"]["metadata"]["labels"]["nvidia.com/mig.strategy"] == "mixed"
     assert nodes["t4-a"]["status"]["capacity"]["nvidia.com/gpu"] == "1"
-    table = subprocess.run([str(kubectl), "--kubeconfig", str(testbed.kubeconfig), "get", "nodes"],
+    table = subprocess.run([kubectl, "--kubeconfig", str(testbed.kubeconfig), "get", "nodes"],
                            check=True, capture_output=True, text=True).stdout
     assert "gpu-a" in table and "Ready" in table
 
@@ -55,7 +120,7 @@ def test_raycluster_pods_become_real_ray_nodes_and_workers_to_delete_kills_one(t
                                        check=True, capture_output=True, text=True).stdout)
     assert status["kubeconfig"] == str(testbed.kubeconfig)
     assert any(c["address"] == addr for c in status["ray_clusters"])
-    assert status["components"]["kube-apiserver"]["version"] == "v1.34.4"
+    assert status["components"]["kube-apiserver"]["version"] == components.KUBERNETES[testbed.kubernetes]
     assert all(c["alive"] and c["pid"] > 0 for c in status["components"].values())
     # The operator that made these pods is the pinned one, not a testbed left running with another build:
     # KubeRay >= 1.6 stamps its version on the head pod (upgrade-strategy hash); 1.5 stamps nothing.

@@ -44,7 +44,7 @@ def test_ensure_built_hands_the_pinned_versions_to_the_build_script(tmp_path, mo
 
 def test_a_failed_build_names_the_set(tmp_path, monkeypatch):
     monkeypatch.setenv("RAYGPU_CACHE", str(tmp_path))
-    monkeypatch.setattr(components, "missing", lambda: ["kuberay"])
+    monkeypatch.setattr(components, "missing", lambda *_: ["kuberay"])
     monkeypatch.setattr(components.subprocess, "run", lambda argv, **_: subprocess.CompletedProcess(argv, 1))
     with pytest.raises(RuntimeError, match="'kuberay' failed"):
         components.ensure_built(progress=lambda *_: None)

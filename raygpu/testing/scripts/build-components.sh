@@ -11,6 +11,10 @@ K8S_VERSION="${K8S_VERSION:-v1.34.4}"          # kube-apiserver/scheduler/contro
 # (v1.34.7 would match scheduler-plugins exactly, but the module proxy refuses
 #  several of its staging modules, e.g. k8s.io/cri-client@v0.34.7: 403.)
 SCHED_PLUGINS_VERSION="${SCHED_PLUGINS_VERSION:-v0.34.7}"  # released for k8s 1.34.7, built here against 1.34.4
+# Further control planes, selectable with `raygpu testbed up --kubernetes 1.N`: kube-apiserver, scheduler,
+# controller-manager and kubectl only (no scheduler-plugins release for them: the 1.34 set's coscheduling
+# runs against them, docs/testbed.md "Kubernetes versions"). Target `k8s-vX.Y.Z` builds one of them.
+K8S_OTHER_VERSIONS="${K8S_OTHER_VERSIONS:-v1.37.2}"
 KUBERAY_VERSION="${KUBERAY_VERSION:-v1.6.2}"   # own build: 1.6 needs k8s 0.35 libs (1.7.0 refused by the proxy: docs/decisions.md)
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
@@ -29,63 +33,59 @@ log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 stamp_ok() { [ -f "$1/.done" ]; }
 
-# ---- set 1: kubernetes + scheduler-plugins (one module, one compile)
-build_k8s() {
-  local out="$CACHE/bin/k8s-$K8S_VERSION-sp-$SCHED_PLUGINS_VERSION"
+# ---- kubernetes (+ scheduler-plugins when its version is given): one module, one compile
+build_k8s() {  # k8s_version [scheduler_plugins_version]
+  local kv=$1 sp=${2:-}
+  local out="$CACHE/bin/k8s-$kv${sp:+-sp-$sp}"
   if stamp_ok "$out"; then log "k8s set cached: $out"; echo "$out"; return; fi
-  local t0=$SECONDS src="$CACHE/src/k8s-$K8S_VERSION"
+  local t0=$SECONDS src="$CACHE/src/k8s-$kv${sp:+-sp-$sp}"
   mkdir -p "$src" "$out"
-  log "k8s set: resolving k8s.io/kubernetes@$K8S_VERSION"
+  log "k8s set: resolving k8s.io/kubernetes@$kv"
   local gomod
-  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-  local minor="${K8S_VERSION#v1.}"; local staging="v0.${minor}"
+  gomod=$(retry go mod download -json "k8s.io/kubernetes@$kv" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])') \
+    || { log "FAILED: go mod download k8s.io/kubernetes@$kv"; exit 1; }
+  local minor="${kv#v1.}"; local staging="v0.${minor}"
   {
     echo "module raygpu.local/k8sbuild"
     echo
     echo "go 1.24.0"
     echo
     echo "require ("
-    echo "  k8s.io/kubernetes $K8S_VERSION"
-    echo "  sigs.k8s.io/scheduler-plugins $SCHED_PLUGINS_VERSION"
+    echo "  k8s.io/kubernetes $kv"
+    [ -n "$sp" ] && echo "  sigs.k8s.io/scheduler-plugins $sp"
     echo ")"
     echo
     echo "replace ("
-    echo "  k8s.io/kubernetes => k8s.io/kubernetes $K8S_VERSION"
+    echo "  k8s.io/kubernetes => k8s.io/kubernetes $kv"
     grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging" '{print "  " $1 " => " $1 " " v}'
     echo ")"
   } > "$src/go.mod"
-  cat > "$src/tools.go" <<GO
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-	_ "sigs.k8s.io/scheduler-plugins/cmd/scheduler"
-	_ "sigs.k8s.io/scheduler-plugins/cmd/controller"
-)
-GO
-  (cd "$src" && retry go mod tidy) || { log "FAILED: go mod tidy for the k8s set (k8s.io/kubernetes@$K8S_VERSION, scheduler-plugins@$SCHED_PLUGINS_VERSION)"; exit 1; }
-  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*} -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
-  log "k8s set: compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    [ -n "$sp" ] && printf '\t_ "sigs.k8s.io/scheduler-plugins/cmd/%s"\n' scheduler controller
+    printf ')\n'
+  } > "$src/tools.go"
+  (cd "$src" && retry go mod tidy) || { log "FAILED: go mod tidy for the k8s set (k8s.io/kubernetes@$kv${sp:+, scheduler-plugins@$sp})"; exit 1; }
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$kv -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*} -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
+  log "k8s set: compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $kv"
   (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl) \
-    || { log "FAILED: kubernetes binaries $K8S_VERSION"; exit 1; }
-  log "k8s set: compiling scheduler-plugins $SCHED_PLUGINS_VERSION (scheduler, controller)"
-  (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/sp-scheduler" sigs.k8s.io/scheduler-plugins/cmd/scheduler \
-      && go build -trimpath -ldflags "$ld" -o "$out/sp-controller" sigs.k8s.io/scheduler-plugins/cmd/controller) \
-    || { log "FAILED: scheduler-plugins $SCHED_PLUGINS_VERSION"; exit 1; }
-  # CRDs straight from the modules the binaries were built from.
-  local moddir; moddir=$(go env GOMODCACHE)
-  mkdir -p "$out/crds/scheduler-plugins"
-  # PodGroup (coscheduling) and ElasticQuota (the PodGroup controller watches both)
-  cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/coscheduling/crd.yaml "$out/crds/scheduler-plugins/podgroups.yaml"
-  cp "$moddir/sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION"/manifests/capacityscheduling/crd.yaml "$out/crds/scheduler-plugins/elasticquotas.yaml"
-  chmod -R u+w "$out/crds"
+    || { log "FAILED: kubernetes binaries $kv"; exit 1; }
+  if [ -n "$sp" ]; then
+    log "k8s set: compiling scheduler-plugins $sp (scheduler, controller)"
+    (cd "$src" && go build -trimpath -ldflags "$ld" -o "$out/sp-scheduler" sigs.k8s.io/scheduler-plugins/cmd/scheduler \
+        && go build -trimpath -ldflags "$ld" -o "$out/sp-controller" sigs.k8s.io/scheduler-plugins/cmd/controller) \
+      || { log "FAILED: scheduler-plugins $sp"; exit 1; }
+    # CRDs straight from the modules the binaries were built from.
+    local moddir; moddir=$(go env GOMODCACHE)
+    mkdir -p "$out/crds/scheduler-plugins"
+    # PodGroup (coscheduling) and ElasticQuota (the PodGroup controller watches both)
+    cp "$moddir/sigs.k8s.io/scheduler-plugins@$sp"/manifests/coscheduling/crd.yaml "$out/crds/scheduler-plugins/podgroups.yaml"
+    cp "$moddir/sigs.k8s.io/scheduler-plugins@$sp"/manifests/capacityscheduling/crd.yaml "$out/crds/scheduler-plugins/elasticquotas.yaml"
+    chmod -R u+w "$out/crds"
+  fi
   echo "$((SECONDS - t0))" > "$out/.build_seconds"
   touch "$out/.done"
   log "k8s set built in $((SECONDS - t0)) s"
@@ -132,7 +132,9 @@ only="${1:-all}"
 case "$only" in
   all|etcd) build_etcd >/dev/null ;;& 
   all|kwok) build_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kustomize/stage >/dev/null ;;&
-  all|k8s) build_k8s >/dev/null ;;&
+  all|k8s) build_k8s "$K8S_VERSION" "$SCHED_PLUGINS_VERSION" >/dev/null ;;&
+  all) for v in $K8S_OTHER_VERSIONS; do build_k8s "$v" >/dev/null; done ;;&
+  k8s-v*) build_k8s "${only#k8s-}" >/dev/null ;;&
   all|kuberay) build_install kuberay "$KUBERAY_VERSION" github.com/ray-project/kuberay/ray-operator config/crd/bases >/dev/null ;;&
   all|kueue) build_install kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue config/components >/dev/null ;;&
   # helm has no replace lines; without the -X its `helm version` says only "v4.3"
