@@ -62,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
             apply(dyn, m.local_queue("gpus", ns, f"{ns}-cq"))
             queue = "gpus"
         if args.backend == "workload":  # cluster-wide, idempotent: puts the reserved pods in their PodGroup
-            for obj in workload_policy():
-                apply(dyn, obj)
+            install_workload_policy(dyn, ns)
         _say("1) WITHOUT raygpu: plain Ray placement groups, the autoscalers add workers one by one")
         plain = deadlock.run(tb, ns, ns, "plain", progress=_say)
         deadlock.teardown(tb, ns)
@@ -93,6 +92,30 @@ def workload_policy() -> list[dict]:
     import yaml
     path = Path(__file__).resolve().parents[2] / "deploy" / "workload" / "mutating-admission-policy.yaml"
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def install_workload_policy(dyn, namespace: str, timeout_s: float = 30.0) -> None:
+    """Apply deploy/workload and wait until the API server enforces it: it loads admission policies through an
+    informer, so the first pods created right after the apply may pass unmutated. Polls a dry-run pod create
+    in ``namespace`` (nothing is stored) until it comes back in its PodGroup; RuntimeError past ``timeout_s``."""
+    import time
+
+    from raygpu.testing.kube import apply
+    for obj in workload_policy():
+        apply(dyn, obj)
+    pods = dyn.resources.get(api_version="v1", kind="Pod")
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "policy-probe-", "namespace": namespace,
+             "labels": {"raygpu.io/reservation": "probe", "raygpu.io/scheduling-group": "probe"}},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = pods.create(body=probe, namespace=namespace, dry_run="All").to_dict()
+        if (out["spec"].get("schedulingGroup") or {}).get("podGroupName") == "probe":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"deploy/workload's MutatingAdmissionPolicy is not enforced {timeout_s:g} s after "
+                               "it was applied (is admissionregistration.k8s.io/v1 MutatingAdmissionPolicy on?)")
+        time.sleep(0.5)
 
 
 def render(plain, gang, backend: str) -> str:

@@ -40,7 +40,9 @@ def test_doctor_counts_dra_gpus_and_finds_taint_health_and_mismatch(testbed, ns,
     claims = kube.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
     written = [gpu_slice(g1, 6, name=f"{g1}-gpu"),  # allocatable says 8: disagree
                gpu_slice(g2, 8, name=f"{g2}-gpu"),  # the same 8 GPUs both ways: counted once
-               gpu_slice(d1, 8, name=f"{d1}-gpu", taints={2: "xid=79:NoExecute"})]  # DRA only, one device tainted
+               gpu_slice(d1, 8, name=f"{d1}-gpu", taints={2: "xid=79:NoSchedule"})]  # DRA only, one device tainted
+    # NoSchedule, not NoExecute: from 1.37 (DRADeviceTaints GA, and on 1.34 with the gate on the controller-manager)
+    # the device taint eviction controller deletes a pod whose claim holds a NoExecute-tainted device, as it should
     try:
         for s in written:
             slices.create(body=slice_object(s))
@@ -87,7 +89,7 @@ def test_doctor_counts_dra_gpus_and_finds_taint_health_and_mismatch(testbed, ns,
                        ("dra-device-unhealthy", "critical", "device-plugin", f"pod/{ns}/p1")]
         tainted = next(f for f in out["findings"] if f["kind"] == "dra-device-tainted")
         assert tainted["evidence"]["facts"] == [
-            f"{DRIVER}/{d1}/gpu-2 (uuid=GPU-{d1}-0002, productName=NVIDIA H100 80GB HBM3): taint xid=79:NoExecute; "
+            f"{DRIVER}/{d1}/gpu-2 (uuid=GPU-{d1}-0002, productName=NVIDIA H100 80GB HBM3): taint xid=79:NoSchedule; "
             f"claim {ns}/gpu (pod p1)"]
         mismatch = next(f for f in out["findings"] if f["kind"] == "dra-allocatable-mismatch")
         assert mismatch["node"] == g1 and "publish 6 GPU devices" in mismatch["message"]
