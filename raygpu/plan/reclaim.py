@@ -49,7 +49,7 @@ class _Worker(NamedTuple):  # one per candidate (an idle worker it may delete): 
     stays: bool  # counts among its node's occupants (``_occupants``): on a node, not Succeeded or Failed
 
 
-_NAME = attrgetter("name")
+_NAME, _NODE_NAME = attrgetter("name"), attrgetter("node_name")
 _CLUSTER_NS = attrgetter("ray_cluster", "namespace")
 _ALIVE, _INSTANCE_ID = attrgetter("alive"), attrgetter("instance_id")
 _FIRST_TWO = itemgetter(0, 1)
@@ -343,8 +343,9 @@ def _occupants(snapshot: Snapshot, namespace: str, going_away: set[str], workers
     out: dict[str, int] = defaultdict(int)
     if not wanted:
         return out
-    for p in snapshot.k8s.pods:
-        if p.node_name in wanted and not p.deleting and p.phase not in _GONE_PHASES \
+    pods = snapshot.k8s.pods  # the pods on other nodes left out by a C loop
+    for p in compress(pods, map(wanted.__contains__, map(_NODE_NAME, pods))):
+        if not p.deleting and p.phase not in _GONE_PHASES \
                 and not (going_away and p.name in going_away and p.namespace == namespace):
             out[p.node_name] += 1
     return out
