@@ -142,6 +142,10 @@ class FreeIndex:
         else:
             heapq.heappush(bucket.cand_heaps.setdefault(self.group[node_id], []), (self.rank[node_id], node_id))
 
+    def free_key(self, node_id: str) -> tuple:
+        """The items of the node's free resources sorted, as its bucket keys them (``move``'s ``free_key``)."""
+        return self._where[node_id][1]
+
     def copy(self) -> "FreeIndex":
         """An independent copy (cheaper than adding every node again: nothing is re-sorted)."""
         out = FreeIndex()

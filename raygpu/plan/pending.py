@@ -92,10 +92,10 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     start = _index(hosts, candidates, [u for pg_units in us for u in pg_units])
     needed, placed = _simulate(pending, us, hosts, start.copy(), candidates, spare,
                                {g.name: g.slots for g in growth}, growth)
-    for nid in sorted(start.free):  # pass 2's index: the candidates pass 1 needs stay, the others may go
-        c = candidates.get(nid)
-        if c is not None and c.pod_name in needed:
-            start.move(nid, start.free[nid], FREE)
+    # pass 2's index: the candidates pass 1 needs stay, the others may go (their free resources, and so
+    # their bucket's key, unchanged: only the role moves)
+    for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
+        start.move(nid, start.free[nid], FREE, start.free_key(nid))
     index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed)
     if sum(1 for pg_units in us if pg_units) > 1:
         prove_together(pending, placed, index.copy(), index, candidates, spare, needed,

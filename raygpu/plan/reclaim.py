@@ -44,12 +44,16 @@ class _Worker(NamedTuple):  # one per candidate (an idle worker it may delete): 
     group: str
     node: RayNodeView | None  # its live Ray node, None when Ray has none yet
     idle_for_s: float | None  # None: busy or no Ray node
+    name: str  # pod.name and pod.node_name, read once in the main pass
+    node_name: str | None
+    stays: bool  # counts among its node's occupants (``_occupants``): on a node, not Succeeded or Failed
 
 
-_NAME = attrgetter("name")
+_NAME, _NODE_NAME = attrgetter("name"), attrgetter("node_name")
 _CLUSTER_NS = attrgetter("ray_cluster", "namespace")
 _ALIVE, _INSTANCE_ID = attrgetter("alive"), attrgetter("instance_id")
 _FIRST_TWO = itemgetter(0, 1)
+_WORKER_NAME = attrgetter("name")
 
 
 def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float) -> ReclaimPlan:
@@ -136,7 +140,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             reason = None
         if reason is None:
             decisions[name] = None
-            candidates.append(_Worker(pod, group, node, idle_for_s))
+            k8s_node = pod.node_name
+            candidates.append(_Worker(pod, group, node, idle_for_s, name, k8s_node,
+                                      bool(k8s_node) and pod.phase not in _GONE_PHASES))
         elif node is None:  # _fields, written out: one call less per pod
             decisions[name] = {"pod_name": name, "group": group, "action": _KEEP, "reason": reason,
                                "detail": detail, "k8s_node_name": pod.node_name, "ray_node_id": None,
@@ -147,7 +153,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
                                "gpus": node.total.get("GPU", 0.0), "idle_for_s": idle_for_s}
 
     def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
-        decisions[w.pod.name] = _fields(w.pod, w.group, w.node, w.idle_for_s, _KEEP, reason, detail)
+        decisions[w.name] = _fields(w.pod, w.group, w.node, w.idle_for_s, _KEEP, reason, detail)
 
     # 3. Pending-PG protection (plan.pending): keep the idle candidates that pending or
     # rescheduling PGs need to fit, after using every node that stays. Capacity counts
@@ -157,14 +163,14 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     occupants = _occupants(snapshot, ns, going_away, candidates)
     if candidates and pending_pgs:
         needed = needed_by_pending_pgs(snapshot.ray.placement_groups, hosts,
-                                       _candidates([w for w in candidates if w.pod.name not in drained],
-                                                   occupants, going_away),
+                                       _candidates([w for w in candidates if w.name not in drained],
+                                                   occupants),
                                        _spare(candidates, headroom),
                                        _growth(cluster))
         for w in candidates:
-            if w.pod.name in needed:
-                keep(w, R.NEEDED_BY_PENDING_PG, needed[w.pod.name])
-        candidates = [w for w in candidates if decisions[w.pod.name] is None]
+            if w.name in needed:
+                keep(w, R.NEEDED_BY_PENDING_PG, needed[w.name])
+        candidates = [w for w in candidates if decisions[w.name] is None]
 
     # 4. The group minimum: at most headroom[group] deletions per group; the rest
     #    are kept with GROUP_MINIMUM.
@@ -173,8 +179,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     # 5b. Keep-warm groups (plan.warm): drained candidates go first (they take no work), then the last
     #     warm_targets[group] candidates in that order stay; other groups are untouched.
     warm = policy.warm_targets
-    order = [(w.group in warm and w.pod.name not in drained, key, w)
-             for w, key in zip(candidates, _defrag_keys(candidates, occupants, going_away))]
+    order = [(w.group in warm and w.name not in drained, key, w)
+             for w, key in zip(candidates, _defrag_keys(candidates, occupants))]
     order.sort(key=_FIRST_TWO)  # the key ends with the pod name: no two are equal
     candidates = [w for _, _, w in order]
     allowed = _warm_allowance(candidates, headroom, warm, drained)
@@ -192,23 +198,28 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
     # 6. Emit one GroupScaleDown per shrinking group, in spec order; names sorted.
     scale_downs = []
+    idle_details: dict[tuple[str, float | None], str] = {}  # many deletions share one text
     for index, g in enumerate(cluster.worker_groups):
-        chosen = sorted(to_delete.get(g.group_name, []), key=lambda w: w.pod.name)
+        chosen = sorted(to_delete.get(g.group_name, []), key=_WORKER_NAME)
         if not chosen:
             continue
         for w in chosen:
-            decisions[w.pod.name] = _fields(
-                w.pod, w.group, w.node, w.idle_for_s, _DELETE,
-                *((R.DRAINED, _drained(w, policy)) if w.pod.name in drained else (R.IDLE, _idle_detail(w, policy))))
-        added = tuple(w.pod.name for w in chosen)
+            if w.name in drained:
+                detail, reason = _drained(w, policy), R.DRAINED
+            else:
+                reason, detail = R.IDLE, idle_details.get((w.group, w.idle_for_s))
+                if detail is None:
+                    detail = idle_details[(w.group, w.idle_for_s)] = _idle_detail(w, policy)
+            decisions[w.name] = _fields(w.pod, w.group, w.node, w.idle_for_s, _DELETE, reason, detail)
+        added = tuple(w.name for w in chosen)
         scale_downs.append(GroupScaleDown(
             group_name=g.group_name, group_index=index, old_replicas=g.replicas,
             replicas=max(0, g.replicas - len(added)),
             workers_to_delete=g.workers_to_delete + added, added=added))
     deleted = [w for ws in to_delete.values() for w in ws]
-    gone = _staying_on_node(deleted, going_away)  # deleted pods that counted among their node's occupants
-    freed = sorted({w.pod.node_name for w in deleted if w.pod.node_name
-                    and occupants.get(w.pod.node_name, 0) == gone.get(w.pod.node_name, 0)})
+    gone = _staying_on_node(deleted)  # deleted pods that counted among their node's occupants
+    freed = sorted({w.node_name for w in deleted if w.node_name
+                    and occupants.get(w.node_name, 0) == gone.get(w.node_name, 0)})
     plan = ReclaimPlan(
         cluster=cluster.name, namespace=cluster.namespace,
         cluster_resource_version=cluster.resource_version, planned_at_s=now_s,
@@ -250,17 +261,17 @@ def _warm_allowance(candidates: list[_Worker], headroom: dict[str, int], warm: d
     usable: dict[str, int] = defaultdict(int)
     gone: dict[str, int] = defaultdict(int)
     for w in candidates:
-        (gone if w.pod.name in drained else usable)[w.group] += 1
+        (gone if w.name in drained else usable)[w.group] += 1
     return {g: min(h, gone[g] + max(0, usable[g] - warm[g])) if g in warm else h for g, h in headroom.items()}
 
 
-def _candidates(candidates: list[_Worker], occupants: dict[str, int], going_away: set[str]) -> dict[str, Candidate]:
+def _candidates(candidates: list[_Worker], occupants: dict[str, int]) -> dict[str, Candidate]:
     """By Ray node id, ranked least wanted deletion first: shares its node with most staying pods, then
     with most fellow candidates, then least idle, then node id."""
     out = {}
-    for w, d in zip(candidates, _defrag_keys(candidates, occupants, going_away)):
-        out[w.node.node_id] = Candidate(w.node.node_id, w.pod.name, w.group,
-                                        ((-d[0], -d[1]), w.idle_for_s or 0.0, w.node.node_id))
+    for w, d in zip(candidates, _defrag_keys(candidates, occupants)):
+        nid = w.node.node_id
+        out[nid] = Candidate(nid, w.name, w.group, ((-d[0], -d[1]), w.idle_for_s or 0.0, nid))
     return out
 
 
@@ -323,55 +334,48 @@ def _headroom(cluster: RayClusterView, pod_names: Container[str]) -> tuple[dict[
     return pending, headroom
 
 
-def _stays(pod: K8sPodView, going_away: set[str]) -> bool:
-    """The pod (of the cluster) will still be on its Kubernetes node after this plan, unless the plan deletes it."""
-    return bool(pod.node_name) and not pod.deleting and pod.phase not in _GONE_PHASES \
-        and not (going_away and pod.name in going_away)
-
-
 def _occupants(snapshot: Snapshot, namespace: str, going_away: set[str], workers: list[_Worker]) -> dict[str, int]:
     """Kubernetes node name -> how many pods (of any cluster) will still be on it, for the nodes of ``workers``
     (the candidates: no other node is ever asked about; a node with none may be missing). Counts, not sets:
     one cycle at 10,000 nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full
     garbage collection. ``going_away``: names in the cluster's ``namespace``."""
-    wanted = {w.pod.node_name for w in workers if w.pod.node_name}
+    wanted = {w.node_name for w in workers if w.node_name}
     out: dict[str, int] = defaultdict(int)
     if not wanted:
         return out
-    for p in snapshot.k8s.pods:
-        if p.node_name in wanted and not p.deleting and p.phase not in _GONE_PHASES \
+    pods = snapshot.k8s.pods  # the pods on other nodes left out by a C loop
+    for p in compress(pods, map(wanted.__contains__, map(_NODE_NAME, pods))):
+        if not p.deleting and p.phase not in _GONE_PHASES \
                 and not (going_away and p.name in going_away and p.namespace == namespace):
             out[p.node_name] += 1
     return out
 
 
-def _staying_on_node(workers: list[_Worker], going_away: set[str]) -> dict[str, int]:
+def _staying_on_node(workers: list[_Worker]) -> dict[str, int]:
     """Kubernetes node name -> how many of ``workers`` are among its occupants (``_occupants``)."""
     out: dict[str, int] = defaultdict(int)
     for w in workers:
-        if _stays(w.pod, going_away):
-            out[w.pod.node_name] += 1
+        if w.stays:
+            out[w.node_name] += 1
     return out
 
 
-def _defrag_keys(workers: list[_Worker], occupants: dict[str, int], going_away: set[str]) -> list[tuple]:
+def _defrag_keys(workers: list[_Worker], occupants: dict[str, int]) -> list[tuple]:
     """Per worker of ``workers`` (the candidates), its sort key: fewest pods that stay on its node, fewest
     fellow candidates, most idle, name.
 
     Of the other occupants of a worker's node, those that are not among ``workers`` stay and the rest are
     its fellow candidates."""
-    stays = [_stays(w.pod, going_away) for w in workers]
     mine: dict[str, int] = defaultdict(int)  # Kubernetes node name -> how many of ``workers`` are occupants
-    for w, s in zip(workers, stays):
-        if s:
-            mine[w.pod.node_name] += 1
+    for w in workers:
+        if w.stays:
+            mine[w.node_name] += 1
     out = []
-    for w, s in zip(workers, stays):
-        node = w.pod.node_name
+    for w in workers:
+        node = w.node_name
         if not node:
-            out.append((1, 0, -(w.idle_for_s or 0.0), w.pod.name))  # unknown node: never "frees" one
+            out.append((1, 0, -(w.idle_for_s or 0.0), w.name))  # unknown node: never "frees" one
         else:
             fellows = mine.get(node, 0)
-            out.append((occupants.get(node, 0) - fellows, fellows - (1 if s else 0), -(w.idle_for_s or 0.0),
-                        w.pod.name))
+            out.append((occupants.get(node, 0) - fellows, fellows - w.stays, -(w.idle_for_s or 0.0), w.name))
     return out
