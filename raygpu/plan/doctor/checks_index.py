@@ -38,13 +38,12 @@ from raygpu.plan.doctor.facts import (
     TERMINAL_PHASES,
     as_float,
     gpu_names,
-    gpu_resources,
     nvml_reason_class,
     nvml_units_and_mig,
     pod_gpu_map,
     shape_of,
 )
-from raygpu.plan.doctor.tally import NodeTally
+from raygpu.plan.doctor.tally import NodeShape, NodeTally, node_shape
 
 
 @dataclass
@@ -79,6 +78,7 @@ class SnapshotIndex:
     gpuless_nodes: list[K8sNodeView] = field(default_factory=list)  # no GPU units in capacity
     zero_allocatable_nodes: list[K8sNodeView] = field(default_factory=list)  # a GPU resource not > 0 in allocatable
     mig_labelled_nodes: list[K8sNodeView] = field(default_factory=list)  # with a MIG strategy label
+    any_device_health: bool = False  # some pod has an allocatedResourcesStatus entry (the DRA check reads them)
     driver_broken_on_node: dict[str, list[tuple[K8sPodView, NvmlView]]] = field(default_factory=dict)  # any node name
     _gpu_maps: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)  # pod_gpus, as asked
     _sorted_names: list[str] | None = field(default=None, repr=False)
@@ -137,22 +137,18 @@ class SnapshotIndex:
         validated snapshot hold floats, so equal maps are equal value for value, type included.
         """
         by_name, tallies = self.nodes, self.tallies
-        # (capacity items, allocatable items) -> (capacity GPU map, allocatable GPU map, some GPU not allocatable)
-        shapes: dict[tuple, tuple[dict[str, float], dict[str, float], bool]] = {}
+        shapes: dict[tuple, NodeShape] = {}  # (capacity items, allocatable items) -> node_shape
         for node in nodes:
             cap, alloc = node.capacity, node.allocatable
             key = (tuple(cap.items()), tuple(alloc.items()))
             shape = shapes.get(key)
             if shape is None:
-                cap_gpus = gpu_resources(cap)
-                alloc_gpus = cap_gpus if alloc == cap else gpu_resources(alloc)
-                zero = any(not alloc.get(resource, 0.0) > 0 for resource in cap_gpus)
-                shape = shapes[key] = (cap_gpus, alloc_gpus, zero)
+                shape = shapes[key] = node_shape(node)
             by_name[node.name] = node
-            tally = tallies[node.name] = NodeTally(node, shape[0], shape[1])
-            if not tally.capacity_units > 0:
+            tallies[node.name] = NodeTally(node, shape)
+            if not shape[2] > 0:
                 self.gpuless_nodes.append(node)
-            if shape[2]:
+            if shape[6]:
                 self.zero_allocatable_nodes.append(node)
             if MIG_STRATEGY_LABEL in node.labels:
                 self.mig_labelled_nodes.append(node)
@@ -185,6 +181,8 @@ class SnapshotIndex:
             else:
                 facts = _pod_facts(req, lim, names_memo)
             gpus, given, sliced, cpu, memory = facts
+            if pod.device_health:
+                self.any_device_health = True
             phase, node_name = pod.phase, pod.node_name
             tally = None
             if phase in TERMINAL_PHASES:

@@ -28,25 +28,37 @@ class NodeTally:
         "nvml_unavailable", "nvml_devices", "integer_model_gpus", "leftovers",
     )
 
-    def __init__(self, node: K8sNodeView, capacity_gpus: dict[str, float] | None = None,
-                 allocatable_gpus: dict[str, float] | None = None) -> None:
-        """``capacity_gpus`` / ``allocatable_gpus``: ``gpu_resources`` of the node's maps when the caller has them."""
+    def __init__(self, node: K8sNodeView, shape: NodeShape | None = None) -> None:
+        """``shape``: :func:`node_shape` of the node when the caller has it (nodes of a pool share one)."""
         self.node = node
         labels = node.labels
         self.product = labels.get(GPU_PRODUCT_LABEL)
         self.mig_single = labels.get(MIG_STRATEGY_LABEL) == "single"
-        allocatable = node.allocatable
-        self.capacity_gpus = cap = gpu_resources(node.capacity) if capacity_gpus is None else capacity_gpus
-        # the usual node advertises its capacity as allocatable: one map then serves both (neither is changed)
-        self.allocatable_gpus = allocatable_gpus = allocatable_gpus if allocatable_gpus is not None else (
-            cap if allocatable == node.capacity else gpu_resources(allocatable))
-        self.capacity_units = float(sum(cap.values()))
-        self.allocatable_units = float(sum(allocatable_gpus.values()))
-        self.allocatable_cpu = allocatable.get("cpu", 0.0)
-        self.allocatable_memory = allocatable.get("memory", 0.0)
+        (self.capacity_gpus, self.allocatable_gpus, self.capacity_units, self.allocatable_units,
+         self.allocatable_cpu, self.allocatable_memory, _) = node_shape(node) if shape is None else shape
         self.used_cpu = self.used_memory = self.pod_gpus = self.ray_gpus = self.integer_model_gpus = 0.0
         self.used_gpus: dict[str, float] = {}
         self.nvml_units: int | None = None
         self.nvml_unavailable = False
         self.nvml_devices = 0
         self.leftovers: tuple[tuple[RayNodeView, float], ...] = ()
+
+
+# (capacity GPU map, allocatable GPU map, their units, allocatable CPU, allocatable memory, a GPU not allocatable)
+NodeShape = tuple[dict[str, float], dict[str, float], float, float, float, float, bool]
+
+
+def node_shape(node: K8sNodeView) -> NodeShape:
+    """What a node's resource maps say, for its tally: a pure function of ``capacity`` and ``allocatable``.
+
+    The GPU maps are ``gpu_resources`` of the maps (not to be changed: tallies of one pool share them);
+    CPU and memory are the allocatable ones (0.0 when absent); the last is True when some GPU resource
+    of the capacity is not > 0 in allocatable.
+    """
+    cap, alloc = node.capacity, node.allocatable
+    cap_gpus = gpu_resources(cap)
+    # the usual node advertises its capacity as allocatable: one map then serves both
+    alloc_gpus = cap_gpus if alloc == cap else gpu_resources(alloc)
+    zero = any(not alloc.get(resource, 0.0) > 0 for resource in cap_gpus)
+    return (cap_gpus, alloc_gpus, float(sum(cap_gpus.values())), float(sum(alloc_gpus.values())),
+            alloc.get("cpu", 0.0), alloc.get("memory", 0.0), zero)
