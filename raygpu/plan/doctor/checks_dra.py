@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, NodeRow, Severity
-from raygpu.model.views import DraDeviceView, K8sView, ResourceSliceView, Snapshot
+from raygpu.model.views import DraDeviceView, K8sView, ResourceSliceView
 from raygpu.plan.doctor.checks_index import SnapshotIndex
 from raygpu.plan.doctor.facts import TERMINAL_PHASES, fmt
 
@@ -128,14 +128,13 @@ def dra_gpus_by_node(k8s: K8sView) -> dict[str, NodeDra]:
     return out
 
 
-def applies(snapshot: Snapshot) -> bool:
+def applies(ix: SnapshotIndex) -> bool:
     """The DRA check has something to read: slice devices, or a pod's ``allocatedResourcesStatus``.
 
     Without either (no DRA API, or slices whose devices were not read) it is
     not run and the report is what it was without DRA.
     """
-    k8s = snapshot.k8s
-    return any(s.devices for s in k8s.resource_slices or ()) or any(p.device_health for p in k8s.pods)
+    return any(s.devices for s in ix.snapshot.k8s.resource_slices or ()) or ix.any_device_health
 
 
 def with_dra_rows(rows: tuple[NodeRow, ...], ix: SnapshotIndex) -> tuple[NodeRow, ...]:
@@ -148,7 +147,7 @@ def with_dra_rows(rows: tuple[NodeRow, ...], ix: SnapshotIndex) -> tuple[NodeRow
     numbers differ, :func:`check_dra` names the node). ``dra_gpus``: the
     slices' GPU devices.
     """
-    if not applies(ix.snapshot):
+    if not applies(ix):
         return rows
     by_node = dra_gpus_by_node(ix.snapshot.k8s)
     out = []

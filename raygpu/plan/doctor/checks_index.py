@@ -1,8 +1,8 @@
 """The one index over a Snapshot, built once per reconcile cycle in one pass per view (pure, O(pods + nodes)).
 
 Every check, the node rows and the stranded arithmetic read this index and
-none walks the snapshot's pods again: the pass over the pods computes each
-pod's GPU map and units once, adds every live bound pod into its node's
+none walks the snapshot's pods again: the pass over the pods works out a
+pod's GPU map and units once per distinct shape, adds every live bound pod into its node's
 :class:`NodeTally` (the CPU, memory and GPUs requested there; the Ray, pod
 and NVML counts of its Ray pods; the GPUs fractional Ray tasks leave over),
 and sorts the Ray pods into the few lists the checks start from (paired
@@ -34,63 +34,16 @@ from raygpu.model.views import (
 from raygpu.plan.doctor.facts import (
     EPS,
     GPU_COUNT_LABEL,
-    GPU_PRODUCT_LABEL,
     MIG_STRATEGY_LABEL,
     TERMINAL_PHASES,
     as_float,
     gpu_names,
-    gpu_resources,
     nvml_reason_class,
     nvml_units_and_mig,
     pod_gpu_map,
     shape_of,
 )
-
-
-class NodeTally:
-    """One Kubernetes node and what the pods bound to it add up to (filled by :meth:`SnapshotIndex.build`).
-
-    ``capacity_gpus`` / ``allocatable_gpus``: the non-zero GPU entries of the
-    node's maps (do not change them), ``*_units`` their sums. Over every live
-    pod bound here: ``used_cpu``, ``used_memory`` (a missing request counts
-    its limit, as in Kubernetes) and ``used_gpus`` by resource. Over the live
-    Ray pods bound here, in snapshot order: ``pod_gpus`` (their GPU units),
-    ``ray_gpus`` (their live Ray nodes' ``GPU``), ``nvml_units`` (None when no
-    available NVML view), ``nvml_unavailable``, ``nvml_devices`` (most devices
-    one available view sees), ``integer_model_gpus`` and ``leftovers`` (Ray
-    node, GPU left over by its fractional tasks). ``product``: the GFD product
-    label; ``mig_single``: MIG strategy label ``single``; ``allocatable_cpu``
-    / ``allocatable_memory``: the node's (0.0 when absent).
-    """
-
-    __slots__ = (
-        "node", "capacity_gpus", "allocatable_gpus", "capacity_units", "allocatable_units", "allocatable_cpu",
-        "allocatable_memory", "product", "mig_single", "used_cpu", "used_memory", "used_gpus", "pod_gpus", "ray_gpus", "nvml_units",
-        "nvml_unavailable", "nvml_devices", "integer_model_gpus", "leftovers",
-    )
-
-    def __init__(self, node: K8sNodeView, capacity_gpus: dict[str, float] | None = None,
-                 allocatable_gpus: dict[str, float] | None = None) -> None:
-        """``capacity_gpus`` / ``allocatable_gpus``: ``gpu_resources`` of the node's maps when the caller has them."""
-        self.node = node
-        labels = node.labels
-        self.product = labels.get(GPU_PRODUCT_LABEL)
-        self.mig_single = labels.get(MIG_STRATEGY_LABEL) == "single"
-        allocatable = node.allocatable
-        self.capacity_gpus = cap = gpu_resources(node.capacity) if capacity_gpus is None else capacity_gpus
-        # the usual node advertises its capacity as allocatable: one map then serves both (neither is changed)
-        self.allocatable_gpus = allocatable_gpus = allocatable_gpus if allocatable_gpus is not None else (
-            cap if allocatable == node.capacity else gpu_resources(allocatable))
-        self.capacity_units = float(sum(cap.values()))
-        self.allocatable_units = float(sum(allocatable_gpus.values()))
-        self.allocatable_cpu = allocatable.get("cpu", 0.0)
-        self.allocatable_memory = allocatable.get("memory", 0.0)
-        self.used_cpu = self.used_memory = self.pod_gpus = self.ray_gpus = self.integer_model_gpus = 0.0
-        self.used_gpus: dict[str, float] = {}
-        self.nvml_units: int | None = None
-        self.nvml_unavailable = False
-        self.nvml_devices = 0
-        self.leftovers: tuple[tuple[RayNodeView, float], ...] = ()
+from raygpu.plan.doctor.tally import NodeShape, NodeTally, node_shape
 
 
 @dataclass
@@ -101,7 +54,6 @@ class SnapshotIndex:
     nodes: dict[str, K8sNodeView] = field(default_factory=dict)
     tallies: dict[str, NodeTally] = field(default_factory=dict)  # by node name, snapshot order
     ray_pods: list[K8sPodView] = field(default_factory=list)  # Ray pods in scope, any phase
-    ray_pod_by_name: dict[str, K8sPodView] = field(default_factory=dict)
     # the first non-head Ray pod of each (ray_cluster, ray_group), in order of first sight (any phase)
     first_worker_of_group: dict[tuple[str | None, str | None], K8sPodView] = field(default_factory=dict)
     live_ray_by_instance: dict[str, RayNodeView] = field(default_factory=dict)
@@ -111,7 +63,8 @@ class SnapshotIndex:
     nvml_by_pod: dict[str, NvmlView] = field(default_factory=dict)  # by pod name (the live Ray node's instance id)
     nvml_units_by_pod: dict[str, int] = field(default_factory=dict)  # NvmlView.gpu_units of available views
     nvml_mig_pods: set[str] = field(default_factory=set)  # pods whose available NVML view has MIG on
-    # by id(pod): the GPU units of every Ray pod in scope (sum of pod_gpu_map); pods whose GPUs are slices or shares
+    # by id(pod): the GPU units (sum of pod_gpu_map) of the Ray pods in the check lists; Ray pods whose GPUs are
+    # slices or shares
     gpu_units_by_pod: dict[int, float] = field(default_factory=dict, repr=False)
     sliced_pods: set[int] = field(default_factory=set, repr=False)
     # where the checks start, in snapshot order. A *suspect* list holds every object the check could find
@@ -125,9 +78,11 @@ class SnapshotIndex:
     gpuless_nodes: list[K8sNodeView] = field(default_factory=list)  # no GPU units in capacity
     zero_allocatable_nodes: list[K8sNodeView] = field(default_factory=list)  # a GPU resource not > 0 in allocatable
     mig_labelled_nodes: list[K8sNodeView] = field(default_factory=list)  # with a MIG strategy label
+    any_device_health: bool = False  # some pod has an allocatedResourcesStatus entry (the DRA check reads them)
     driver_broken_on_node: dict[str, list[tuple[K8sPodView, NvmlView]]] = field(default_factory=dict)  # any node name
     _gpu_maps: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)  # pod_gpus, as asked
     _sorted_names: list[str] | None = field(default=None, repr=False)
+    _ray_pod_by_name: dict[str, K8sPodView] | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, snapshot: Snapshot) -> "SnapshotIndex":
@@ -182,22 +137,18 @@ class SnapshotIndex:
         validated snapshot hold floats, so equal maps are equal value for value, type included.
         """
         by_name, tallies = self.nodes, self.tallies
-        # (capacity items, allocatable items) -> (capacity GPU map, allocatable GPU map, some GPU not allocatable)
-        shapes: dict[tuple, tuple[dict[str, float], dict[str, float], bool]] = {}
+        shapes: dict[tuple, NodeShape] = {}  # (capacity items, allocatable items) -> node_shape
         for node in nodes:
             cap, alloc = node.capacity, node.allocatable
             key = (tuple(cap.items()), tuple(alloc.items()))
             shape = shapes.get(key)
             if shape is None:
-                cap_gpus = gpu_resources(cap)
-                alloc_gpus = cap_gpus if alloc == cap else gpu_resources(alloc)
-                zero = any(not alloc.get(resource, 0.0) > 0 for resource in cap_gpus)
-                shape = shapes[key] = (cap_gpus, alloc_gpus, zero)
+                shape = shapes[key] = node_shape(node)
             by_name[node.name] = node
-            tally = tallies[node.name] = NodeTally(node, shape[0], shape[1])
-            if not tally.capacity_units > 0:
+            tallies[node.name] = NodeTally(node, shape)
+            if not shape[2] > 0:
                 self.gpuless_nodes.append(node)
-            if shape[2]:
+            if shape[6]:
                 self.zero_allocatable_nodes.append(node)
             if MIG_STRATEGY_LABEL in node.labels:
                 self.mig_labelled_nodes.append(node)
@@ -205,37 +156,33 @@ class SnapshotIndex:
     def _index_pods(self, pods: tuple[K8sPodView, ...], scope: frozenset[str] | None) -> set[str]:
         """Fill the tallies and the check lists; return the names of the live Ray pods with a live Ray node.
 
-        The hot loop of the doctor (21,000 pods at 10,000 nodes): a pod's GPU map is built only when its
-        maps hold GPUs, and the GPU names of a map are looked up once per distinct set of names.
+        The hot loop of the doctor (21,000 pods at 10,000 nodes). What a pod's maps say (GPU map, units,
+        slices, CPU, memory: :func:`_pod_facts`) is worked out once per distinct limits map of the pods
+        whose requests equal their limits (the usual pod: the pods of a group share one shape) and shared,
+        read-only; a pod whose maps differ gets its own.
         """
-        units, tallies = self.gpu_units_by_pod, self.tallies
+        tallies, units, sliced_pods = self.tallies, self.gpu_units_by_pod, self.sliced_pods
         live_ray, views, nvml_units = self.live_ray_by_instance, self.nvml_by_pod, self.nvml_units_by_pod
-        by_name, ray_pods, nvml_mig = self.ray_pod_by_name, self.ray_pods, self.nvml_mig_pods
+        ray_pods, nvml_mig = self.ray_pods, self.nvml_mig_pods
         count_suspects, running_unpaired, container = self.count_suspects, self.running_unpaired, self.container_suspects
         paired: set[str] = set()
         first_worker = self.first_worker_of_group
         last_group: tuple[str | None, str | None] | None = None
         # a map's resource names -> (its GPU names, some of them a slice or share), within this call
         names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]] = {}
+        facts_memo: dict[tuple, tuple] = {}  # limits items -> _pod_facts, of pods whose requests equal their limits
         for pod in pods:
             req, lim = pod.requests, pod.limits
-            # the pod's GPU map (pod_gpu_map): lim's non-zero GPU entries, then the larger of each in req
-            names = tuple(lim)
-            got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
-            gpus = {name: value for name in got[0] if (value := lim[name])} if got[0] else None
-            sliced = got[1]
-            names = tuple(req)
-            got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
-            if got[0]:
-                sliced = sliced or got[1]
-                gpus = {} if gpus is None else gpus
-                for name in got[0]:
-                    if value := req[name]:
-                        gpus[name] = max(gpus.get(name, 0.0), value)
-            if not gpus:
-                gpus, sliced = None, False
-            elif sliced:  # some GPU name of the maps is a slice or share: is one in the map (not 0)?
-                sliced = any(shape_of(resource).kind is not GpuKind.WHOLE for resource in gpus)
+            if req == lim:
+                key = tuple(lim.items())
+                facts = facts_memo.get(key)
+                if facts is None:
+                    facts = facts_memo[key] = _pod_facts(req, lim, names_memo)
+            else:
+                facts = _pod_facts(req, lim, names_memo)
+            gpus, given, sliced, cpu, memory = facts
+            if pod.device_health:
+                self.any_device_health = True
             phase, node_name = pod.phase, pod.node_name
             tally = None
             if phase in TERMINAL_PHASES:
@@ -245,10 +192,8 @@ class SnapshotIndex:
                 if node_name:
                     tally = tallies.get(node_name)
                     if tally is not None:
-                        got_cpu = req.get("cpu")
-                        tally.used_cpu += lim.get("cpu", 0.0) if got_cpu is None else got_cpu
-                        got_mem = req.get("memory")
-                        tally.used_memory += lim.get("memory", 0.0) if got_mem is None else got_mem
+                        tally.used_cpu += cpu
+                        tally.used_memory += memory
                         if gpus:
                             used = tally.used_gpus
                             for resource, count in gpus.items():
@@ -270,14 +215,11 @@ class SnapshotIndex:
                     last_group = (cluster, group)  # pods of a group come one after another: one tuple per run
                     if last_group not in first_worker:
                         first_worker[last_group] = pod
-            name = pod.name
-            if live or name not in by_name:  # a live pod wins over a terminated one of the same name
-                by_name[name] = pod
-            given = units[id(pod)] = sum(gpus.values()) if gpus else 0
             if sliced:
-                self.sliced_pods.add(id(pod))
+                sliced_pods.add(id(pod))
             if not live:
                 continue
+            name = pod.name
             rn = live_ray.get(name)
             if rn is not None:
                 paired.add(name)
@@ -286,19 +228,25 @@ class SnapshotIndex:
                 if not abs(total - given) <= EPS or (total > 0 and (
                         sliced or name in nvml_mig or (tally is not None and tally.mig_single))):
                     count_suspects.append(pod)
+                    units[id(pod)] = given
             elif phase == "Running" and not pod.deleting:
                 running_unpaired.append(pod)
+                units[id(pod)] = given
             if not node_name:
                 if gpus and phase == "Pending" and not pod.deleting:
                     self.pending_gpu_ray_pods.append(pod)
                 continue
             view = views.get(name)
             if view is not None:
+                # NVML's units, present for an available view (the one the index keeps for this name)
+                seen = nvml_units.get(name)
                 available = view.available
-                if phase == "Running" and not (available and abs(nvml_units[name] - given) < EPS):
+                if phase == "Running" and not (available and abs(seen - given) < EPS):
                     container.append(pod)
+                    units[id(pod)] = given
                 if not available and nvml_reason_class(view) == "driver":
                     self.driver_broken_on_node.setdefault(node_name, []).append((pod, view))
+                    units[id(pod)] = given
             if tally is None:
                 continue
             tally.pod_gpus += given
@@ -312,7 +260,6 @@ class SnapshotIndex:
                         tally.integer_model_gpus += rest
                         tally.leftovers += ((rn, rest),)
             if view is not None:
-                seen = nvml_units.get(name)
                 if seen is not None:
                     tally.nvml_units = (tally.nvml_units or 0) + seen
                     if len(view.devices) > tally.nvml_devices:
@@ -322,6 +269,16 @@ class SnapshotIndex:
         return paired
 
     # ----------------------------------------------------------- pod facts
+    def ray_pod_named(self, name: str) -> K8sPodView | None:
+        """The Ray pod in scope of that name: the last live one, else the first (all ended); built once, when asked."""
+        if self._ray_pod_by_name is None:
+            by_name: dict[str, K8sPodView] = {}
+            for pod in self.ray_pods:
+                if pod.phase not in TERMINAL_PHASES or pod.name not in by_name:  # a live pod wins over an ended one
+                    by_name[pod.name] = pod
+            self._ray_pod_by_name = by_name
+        return self._ray_pod_by_name.get(name)
+
     def pod_gpus(self, pod: K8sPodView) -> dict[str, float]:
         """``pod_gpu_map(pod)``, computed once per pod asked for (do not change it)."""
         got = self._gpu_maps.get(id(pod))
@@ -330,7 +287,7 @@ class SnapshotIndex:
         return got
 
     def pod_gpu_units(self, pod: K8sPodView) -> float:
-        """The sum of :meth:`pod_gpus` (of a Ray pod in scope: read from the index)."""
+        """The sum of :meth:`pod_gpus` (of a pod in a check list: read from the index)."""
         got = self.gpu_units_by_pod.get(id(pod))
         return sum(self.pod_gpus(pod).values()) if got is None else got
 
@@ -376,6 +333,35 @@ class SnapshotIndex:
         """An NVML view on this node whose failure blames the host driver, if any."""
         broken = self.driver_broken_on_node.get(node_name)
         return broken[0][1] if broken else None
+
+
+def _pod_facts(req: dict[str, float], lim: dict[str, float],
+               names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]]) -> tuple:
+    """(GPU map or None, its units, some GPU of it a slice or share, CPU, memory) of a pod's requests and limits.
+
+    The GPU map is ``pod_gpu_map``'s: the limits' non-zero GPU entries, then the larger of each in the
+    requests; CPU and memory are the requests', a missing request counting its limit (as in Kubernetes).
+    ``names_memo``: a map's resource names -> (its GPU names, one of them a slice or share), filled here.
+    """
+    names = tuple(lim)
+    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
+    gpus = {name: value for name in got[0] if (value := lim[name])} if got[0] else None
+    sliced = got[1]
+    names = tuple(req)
+    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
+    if got[0]:
+        sliced = sliced or got[1]
+        gpus = {} if gpus is None else gpus
+        for name in got[0]:
+            if value := req[name]:
+                gpus[name] = max(gpus.get(name, 0.0), value)
+    if not gpus:
+        gpus, sliced = None, False
+    elif sliced:  # some GPU name of the maps is a slice or share: is one in the map (not 0)?
+        sliced = any(shape_of(resource).kind is not GpuKind.WHOLE for resource in gpus)
+    cpu, memory = req.get("cpu"), req.get("memory")
+    return (gpus, sum(gpus.values()) if gpus else 0, sliced, lim.get("cpu", 0.0) if cpu is None else cpu,
+            lim.get("memory", 0.0) if memory is None else memory)
 
 
 def _cluster_scope(snapshot: Snapshot, live_by_instance: dict[str, RayNodeView]) -> frozenset[str] | None:

@@ -69,10 +69,10 @@ def check_driver(ix: SnapshotIndex) -> list[Finding]:
 def check_container(ix: SnapshotIndex) -> list[Finding]:
     """NVML inside a Ray pod sees a different number of GPU units than the pod was given."""
     out: list[Finding] = []
-    views, nvml_units, units = ix.nvml_by_pod, ix.nvml_units_by_pod, ix.gpu_units_by_pod
+    views, nvml_units = ix.nvml_by_pod, ix.nvml_units_by_pod
     for pod in ix.container_suspects:  # Running, bound Ray pods whose NVML view is down or disagrees
         view = views[pod.name]
-        given = units[id(pod)]
+        given = ix.pod_gpu_units(pod)
         if view.available and abs(nvml_units[pod.name] - given) < EPS:
             continue  # the common, healthy case: NVML sees what the pod was given
         node = ix.nodes.get(pod.node_name)

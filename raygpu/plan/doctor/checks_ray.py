@@ -72,7 +72,7 @@ def check_membership(ix: SnapshotIndex, now_s: float, orphan_grace_s: float) -> 
             )
         )
     for rn in ix.ghost_suspects:  # live Ray nodes that may lack a live pod (all of them, unless every one pairs)
-        pod = ix.ray_pod_by_name.get(rn.instance_id or "")
+        pod = ix.ray_pod_named(rn.instance_id or "")
         if pod is not None and pod.phase not in TERMINAL_PHASES:
             continue  # paired (a deleting pod is a transient, not a ghost)
         why = (

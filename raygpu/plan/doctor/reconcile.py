@@ -38,7 +38,7 @@ class Check:
     layer: Layer
     needs_ray: bool
     run: Callable[[SnapshotIndex], list[Finding]]
-    applies: Callable[[Snapshot], bool] = lambda snapshot: True  # False: not run, not listed in checks_run
+    applies: Callable[[SnapshotIndex], bool] = lambda ix: True  # False: not run, not listed in checks_run
 
 
 def checks(now_s: float, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> tuple[Check, ...]:
@@ -100,7 +100,7 @@ def reconcile(
     found: list[Finding] = []
     ran: list[str] = []
     for check in checks(now_s, orphan_grace_s):
-        if (check.needs_ray and not snapshot.ray.reachable) or not check.applies(snapshot):
+        if (check.needs_ray and not snapshot.ray.reachable) or not check.applies(ix):
             continue
         ran.append(check.name)
         found.extend(check.run(ix))
