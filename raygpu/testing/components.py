@@ -39,7 +39,10 @@ KUBERNETES_ENV = "RAYGPU_TESTBED_KUBERNETES"
 # (DRAExtendedResource, KEP-5004) are GA and locked on in 1.37, so nothing to set for them.
 # apiserver, scheduler, controller-manager. 1.34: DRA device taints and pods' allocatedResourcesStatus are
 # alpha there and dropped from writes without their gates (the doctor's DRA test writes both); on by default in 1.37.
-FEATURE_GATES = {"1.34": "DRADeviceTaints=true,ResourceHealthStatus=true", "1.37": "GenericWorkload=true"}
+# NOT on the scheduler/controller-manager: with DRADeviceTaints they watch resource.k8s.io/v1alpha3
+# DeviceTaintRules, which this apiserver does not serve, so their caches never sync and nothing is scheduled.
+FEATURE_GATES = {"1.34": "", "1.37": "GenericWorkload=true"}
+APISERVER_FEATURE_GATES = {"1.34": "DRADeviceTaints=true,ResourceHealthStatus=true", "1.37": "GenericWorkload=true"}
 RUNTIME_CONFIG = {"1.34": "", "1.37": "scheduling.k8s.io/v1beta1=true"}  # apiserver only
 
 BUILD_SCRIPT = Path(__file__).parent / "scripts" / "build-components.sh"

@@ -225,6 +225,8 @@ class Testbed:
     def _feature_flags(self, runtime_config: bool = False) -> list[str]:
         """What this control plane turns on beyond its defaults (components.FEATURE_GATES, RUNTIME_CONFIG)."""
         gates, rc = components.FEATURE_GATES[self.kubernetes], components.RUNTIME_CONFIG[self.kubernetes]
+        if runtime_config:  # the API server's own list
+            gates = components.APISERVER_FEATURE_GATES[self.kubernetes]
         return ([f"--feature-gates={gates}"] if gates else []) + (
             [f"--runtime-config={rc}"] if rc and runtime_config else [])
 

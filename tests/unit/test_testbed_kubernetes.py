@@ -128,6 +128,8 @@ def test_1_37_turns_the_workload_api_on_in_every_control_plane_binary():
     assert tb._feature_flags() == ["--feature-gates=GenericWorkload=true"]  # scheduler, controller-manager
     assert controlplane.Testbed(Path("/nonexistent"), "1.34")._feature_flags(runtime_config=True) == [
         "--feature-gates=DRADeviceTaints=true,ResourceHealthStatus=true"]  # alpha DRA fields the doctor test writes
+    # not the scheduler/controller-manager: with DRADeviceTaints they wait for a DeviceTaintRule API 1.34 lacks
+    assert controlplane.Testbed(Path("/nonexistent"), "1.34")._feature_flags() == []
 
 
 def test_cli_bad_kubernetes_exits_2_before_anything_starts(capsys, monkeypatch):
