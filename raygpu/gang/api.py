@@ -23,7 +23,7 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import NotFoundError, PermanentError
 from raygpu.gang.aio import AsyncFace, gang_placement_group_async, placement_group_async  # noqa: F401 - the async face
 from raygpu.gang.guard import Guard
-from raygpu.gang.ray_calls import RayCalls
+from raygpu.gang.ray_calls import RayCalls, RayDisconnected
 from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
                                     plan_placement_group, reserve)  # plan_placement_group: public here
 from raygpu.model.gang import GangPlan, ReservationState
@@ -177,8 +177,10 @@ class GangPlacementGroup(AsyncFace):
     def _remove_ray_pg_locked(self) -> None:
         if self.placement_group is not None and not self._pg_removed:
             self._pg_removed = True
-            self._attempt("removing the Ray placement group", lambda: self._ray.remove_placement_group(
-                self.placement_group))  # Ray may be gone at exit; the reservation still goes
+            try:  # after ray.shutdown() (Ray's atexit hook included) Ray removed it with the job: not an error
+                self._ray.remove_placement_group(self.placement_group)
+            except Exception as e:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
+                None if isinstance(e, RayDisconnected) else self._progress(f"removing the Ray placement group failed: {e}")
 
     def _watch(self) -> None:
         failures = 0
@@ -207,6 +209,10 @@ class GangPlacementGroup(AsyncFace):
         Past the deadline and not READY: roll back, "done".
         """
         rsv, ok = self.reservation, True
+        if not self._ray.connected():  # ray.shutdown() without remove(): the job ended, Ray removed its PG
+            gone = "the Ray driver disconnected (ray.shutdown()) before removing its placement group"
+            self._attempt("releasing after the driver disconnected", lambda: self._finish(gone, blocking=False))
+            return "done"
         if rsv.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
             before = rsv.state
             ok &= self._attempt("observing the pods", rsv.observe)

@@ -157,6 +157,21 @@ MANIFEST_ROOTS = ("deploy", "examples")
 # deploy/helm (a Helm chart: templates, not manifests) is rendered and compared by its own tests.
 SKIPPED_DIRS = ("deploy/helm",)
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+# shipped trees that use an API an older control plane does not serve -> the oldest Kubernetes minor that
+# serves it: deploy/workload's MutatingAdmissionPolicy is admissionregistration.k8s.io/v1 (GA in 1.36), and
+# the workload backend needs the 1.37 testbed anyway (docs/testbed.md "Kubernetes versions")
+NEEDS_KUBERNETES = {"deploy/workload": "1.37"}
+
+
+def needs_kubernetes(rel: Path | str) -> str | None:
+    """The Kubernetes minor (``"1.37"``) that the shipped manifest ``rel`` needs, or None if any served one does."""
+    rel = Path(rel).as_posix()
+    return next((v for d, v in NEEDS_KUBERNETES.items() if rel == d or rel.startswith(d + "/")), None)
+
+
+def minor_at_least(have: str, need: str) -> bool:
+    """``"1.34"`` >= ``"1.37"``? Compared as numbers, not strings."""
+    return tuple(int(x) for x in have.split(".")) >= tuple(int(x) for x in need.split("."))
 
 
 def shipped_manifests(repo: Path = REPO) -> tuple[list[Path], list[Path]]:
