@@ -90,7 +90,7 @@ class AsyncFace:
         await asyncio.to_thread(self.interrupt, reason)
 
 
-async def placement_group_async(bundles: list[dict[str, float]], strategy: str = "PACK",
+async def placement_group_async(bundles: list[dict[str, float]], strategy: str | None = None,
                                 **kwargs: Any) -> "GangPlacementGroup":
     """``raygpu.placement_group(...)`` for asyncio: the reservation is made in a worker thread.
 
@@ -116,7 +116,7 @@ def _release_when_made(fut: "asyncio.Future[GangPlacementGroup]") -> None:
 
 
 @asynccontextmanager
-async def gang_placement_group_async(bundles: list[dict[str, float]], strategy: str = "PACK",
+async def gang_placement_group_async(bundles: list[dict[str, float]], strategy: str | None = None,
                                      **kwargs: Any) -> AsyncIterator["GangPlacementGroup"]:
     """``async with raygpu.gang_placement_group_async(...) as pg:`` - released on exit, error or cancellation
     (a cancellation releases within the interrupt budget, as Ctrl-C does for the blocking form)."""

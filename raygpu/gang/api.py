@@ -334,19 +334,19 @@ def _outcome(release: Callable[[], str]) -> str:
         return f"release failed: {e}"
 
 
-def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
+def placement_group(bundles: list[dict[str, float]], strategy: str | None = None, *, cluster: str,
                     namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
                     name: str | None = None, queue: str | None = None, kubeconfig: str | None = None,
                     progress: Callable[[str], None] | None = None, guard: bool | None = None,
-                    expected_runtime_s: float | None = None) -> GangPlacementGroup:
+                    expected_runtime_s: float | None = None, topology_strategy: dict | None = None) -> GangPlacementGroup:
     """Create a Ray placement group whose bundles get their own all-or-nothing Kubernetes gang.
 
     Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``. ``backend``
     (coscheduling|kueue|volcano|workload|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
     ``raygpu.io/queue`` annotations. Returns once the gang is reserved; ``ray.get(pg.ready())`` (or
     ``pg.wait()``) waits for the pods, their Ray nodes and the placement group on them.
-    ``guard`` (default: annotation ``raygpu.io/guard``, off): the starvation guard of docs/guard.md.
-    ``expected_runtime_s`` (> 0): the job's runtime hint, recorded (backfill is not done yet).
+    ``guard`` (default: annotation ``raygpu.io/guard``, off): docs/guard.md. ``expected_runtime_s`` (> 0): recorded.
+    ``strategy`` or Ray's ``topology_strategy`` (e.g. ``{"topology.kubernetes.io/zone": "STRICT_PACK"}``): docs/gang.md.
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime
     hint, the guard without backend none or without raygpu's blocker PriorityClass).
@@ -356,7 +356,8 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, 
         raise PermanentError("raygpu.placement_group needs a connected Ray driver: call ray.init(address=...) first")
     say = progress or (lambda m: None)
     job = ray.get_runtime_context().get_job_id()
-    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, job, guard, expected_runtime_s)
+    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, job, guard,
+                       expected_runtime_s, topology_strategy)
     kube = KubeAdapter(kubeconfig)
     rsv = reserve(kube, req, time.time(), progress=say)
     gpg = GangPlacementGroup(rsv, say, kubeconfig)
@@ -371,7 +372,7 @@ def remove_placement_group(pg: GangPlacementGroup) -> None:
 
 
 @contextmanager
-def gang_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", **kwargs: Any
+def gang_placement_group(bundles: list[dict[str, float]], strategy: str | None = None, **kwargs: Any
                          ) -> Iterator[GangPlacementGroup]:
     """``with raygpu.gang_placement_group(...) as pg:`` - always released on exit, error or Ctrl-C."""
     pg = placement_group(bundles, strategy, **kwargs)

@@ -8,28 +8,33 @@ import uuid
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.gang.free import free_now
 from raygpu.model.gang import GangPlan, GangRequest
+from raygpu.model.topology import parse_topology_strategy
 from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION, dns_label
 from raygpu.plan.gang import plan_gang
 
 
 def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None,
-                 guard=None, expected_runtime_s=None) -> GangRequest:
+                 guard=None, expected_runtime_s=None, topology_strategy=None) -> GangRequest:
+    """The GangRequest of a ``placement_group`` call; ``strategy``/``topology_strategy`` as Ray takes them
+    (model/topology.py: one or the other; neither: PACK). Raises PermanentError for bad input."""
+    strategy, topology = parse_topology_strategy(topology_strategy, strategy)
     return GangRequest(name=name or f"pg-{uuid.uuid4().hex[:8]}", cluster=cluster, namespace=namespace,
                        bundles=bundles, strategy=strategy, backend=backend, timeout_s=timeout_s, queue=queue,
-                       owner_job=owner_job, guard=guard, expected_runtime_s=expected_runtime_s)
+                       owner_job=owner_job, guard=guard, expected_runtime_s=expected_runtime_s, topology=topology)
 
 
-def plan_placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", *, cluster: str,
+def plan_placement_group(bundles: list[dict[str, float]], strategy: str | None = None, *, cluster: str,
                          namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
                          name: str | None = None, queue: str | None = None,
-                         kubeconfig: str | None = None) -> GangPlan:
+                         kubeconfig: str | None = None, topology_strategy: dict | None = None) -> GangPlan:
     """Dry run: read the RayCluster and return the plan. Creates nothing, writes nothing.
 
     Raises InfeasibleError (which bundle, which resource, which limit) or
     PermanentError (bad input, unknown cluster or backend).
     """
     kube = KubeAdapter(kubeconfig)
-    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue)
+    req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue,
+                       topology_strategy=topology_strategy)
     view = kube.get_raycluster(namespace, cluster)
     return plan_gang(req, view, free=free_now(kube, view, lambda _: None))  # the plan reserve() would make
 

@@ -309,6 +309,7 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         for obj in backend.gang_objects(plan, request, cm_owner):
             made = kube.create(obj)
             rsv.created.append((obj["apiVersion"], obj["kind"], obj["metadata"]["name"], made["metadata"]["uid"]))
+            backend.check_created(obj, made)  # a field the server dropped (a gated topology) fails here, rolled back
         # 4. one tested patch; a conflict re-reads and re-plans
         for attempt in range(MAX_REPLANS):
             group = view.group(plan.need.template_group)

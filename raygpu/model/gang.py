@@ -24,6 +24,7 @@ from pydantic import Field, field_validator, model_validator
 from raygpu.errors import PermanentError
 from raygpu.model.base import Frozen
 from raygpu.model.shapes import GpuShape
+from raygpu.model.topology import Topology
 
 
 MAX_TIMEOUT_S = 2**31 - 1  # Kubernetes int32 seconds (PodGroup scheduleTimeoutSeconds)
@@ -146,6 +147,7 @@ class GangRequest(Frozen):
     owner_job: str | None = None  # Ray job id; labels the pods so a dead driver's gang is collected
     guard: bool | None = None  # the starvation guard; None: the cluster's raygpu.io/guard annotation
     expected_runtime_s: float | None = None  # the driver's runtime hint (recorded; backfill is not done yet)
+    topology: Topology | None = None  # all pods in one node-label domain (model/topology.py)
 
     @field_validator("name", "cluster", "namespace", mode="before")
     @classmethod
@@ -213,6 +215,13 @@ class GangRequest(Frozen):
                                  f"got {_shown(value)}")
         return seconds
 
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _topology(cls, value: Any) -> Topology | None:
+        if value is None or isinstance(value, Topology):
+            return value
+        raise PermanentError(f"topology must be a Topology (raygpu.model.topology) or None, got {_shown(value)}")
+
     @field_validator("owner_job", mode="before")
     @classmethod
     def _owner_job(cls, value: Any) -> str | None:
@@ -260,6 +269,7 @@ class GangPlan(Frozen):
     gang_name: str
     reason: str
     notes: tuple[str, ...] = ()
+    topology: Topology | None = None  # the request's constraint, for the backend to write (docs/gang.md)
 
     @property
     def pod_count(self) -> int:

@@ -366,8 +366,9 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     if pods > group.max_replicas:
         notes.append(f"{pods} pods exceed group '{group.group_name}' maxReplicas={group.max_replicas}; allowed: "
                      f"the reservation is its own worker group '{rg}' with replicas = minReplicas = maxReplicas = {pods}")
+    topo = [f"topology {request.topology.describe()}"] if request.topology is not None else []
     return GangPlan(
         name=request.name, cluster=cluster.name, namespace=cluster.namespace, strategy=request.strategy,
         backend=backend, queue=queue, timeout_s=request.timeout_s,
         need=need, bundle_to_pod=assign, reservation_group=rg, gang_name=gang_name(cluster.name, request.name),
-        reason="; ".join(reason + notes), notes=tuple(notes))
+        reason="; ".join(reason + topo + notes), notes=tuple(notes), topology=request.topology)

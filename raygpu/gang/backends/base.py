@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from raygpu.errors import PermanentError
+from raygpu.gang.backends.topology import add_pod_affinity
 from raygpu.model.gang import Backend, GangPlan, GangRequest
 from raygpu.model.labels import (ANNOTATION_PLAN_REASON, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION,
                                  LABEL_SCHEDULING_GROUP, dns_label)
@@ -101,6 +102,7 @@ class GangBackend(ABC):
             "template": template,
         }
         self.wire_pods(template, plan, request)
+        self.wire_topology(template, plan)
         return spec
 
     @abstractmethod
@@ -110,6 +112,15 @@ class GangBackend(ABC):
     @abstractmethod
     def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
         """Extra Kubernetes objects to create before the worker group; ``owner_ref`` (the RayCluster) for GC."""
+
+    def wire_topology(self, template: dict[str, Any], plan: GangPlan) -> None:
+        """Write ``plan.topology`` on the copied pod ``template``; by default the pod-affinity fallback
+        (gang/backends/topology.py). Backends with a native constraint override it."""
+        add_pod_affinity(template, plan)
+
+    def check_created(self, sent: dict[str, Any], made: dict[str, Any]) -> None:
+        """Raise PermanentError if the server's answer ``made`` to creating ``sent`` lost what the gang needs
+        (a field the server dropped). Nothing by default."""
 
     def requeue_patches(self, plan: GangPlan, now_s: float) -> list[tuple[str, str, str, dict[str, Any]]]:
         """Merge patches (apiVersion, kind, name, body) that make the gang scheduler look at a waiting gang

@@ -13,6 +13,7 @@ from typing import Any
 
 from raygpu.errors import PermanentError
 from raygpu.gang.backends.base import GangBackend
+from raygpu.gang.backends.topology import kueue_annotations
 from raygpu.model.gang import Backend, GangPlan, GangRequest
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -35,6 +36,11 @@ class KueueBackend(GangBackend):
         template["metadata"]["labels"][POD_GROUP_NAME_LABEL] = plan.gang_name
         template["metadata"]["annotations"][POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(plan.pod_count)
         template["metadata"]["annotations"][RETRIABLE_IN_GROUP_ANNOTATION] = "false"
+
+    def wire_topology(self, template: dict[str, Any], plan: GangPlan) -> None:
+        """Kueue's TAS annotation (required or preferred), not pod affinity: Kueue picks the domain for the
+        whole group at admission and its scheduling gate then pins each pod there."""
+        kueue_annotations(template, plan)
 
     def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
         return []

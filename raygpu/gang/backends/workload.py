@@ -39,6 +39,7 @@ from typing import Any, Iterable, Mapping
 
 from raygpu.errors import PermanentError
 from raygpu.gang.backends.base import GangBackend, gang_object_metadata
+from raygpu.gang.backends.topology import add_pod_affinity, scheduling_constraints
 from raygpu.model.gang import Backend, GangPlan, GangRequest
 from raygpu.model.labels import LABEL_SCHEDULING_GROUP
 
@@ -47,6 +48,7 @@ GROUP = "scheduling.k8s.io"
 VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 NEEDED_KINDS = frozenset({"Workload", "PodGroup"})
 FEATURE_GATE = "GenericWorkload"
+TOPOLOGY_GATE = "TopologyAwareWorkloadScheduling"  # alpha, off by default in 1.36 and 1.37
 TEMPLATE_NAME = "workers"  # the Workload's one PodGroupTemplate: the reservation's pods
 DEFAULT_SCHEDULER_NAME = "default-scheduler"  # kube-scheduler's default profile runs GangScheduling
 MAP_NAME = "raygpu-scheduling-group"  # deploy/workload: the policy that sets spec.schedulingGroup
@@ -95,10 +97,12 @@ class WorkloadBackend(GangBackend):
     def gang_objects(self, plan: GangPlan, request: GangRequest, owner_ref: dict[str, Any] | None) -> list[dict[str, Any]]:
         """The Workload, then its PodGroup (``minCount`` = the reservation's pods); created in that order."""
         policy = {"gang": {"minCount": plan.pod_count}}
+        constraints = scheduling_constraints(plan)  # a required topology; {} otherwise
         workload = {"apiVersion": self.api_version, "kind": "Workload",
                     "metadata": gang_object_metadata(plan, request, owner_ref),
                     "spec": {"controllerRef": {"apiGroup": "ray.io", "kind": "RayCluster", "name": plan.cluster},
-                             "podGroupTemplates": [{"name": TEMPLATE_NAME, "schedulingPolicy": policy}]}}
+                             "podGroupTemplates": [{"name": TEMPLATE_NAME, "schedulingPolicy": policy,
+                                                    **constraints}]}}
         if self.api_version.endswith("/v1alpha2"):
             link = {"podGroupTemplateRef": {"workload": {"workloadName": plan.gang_name,
                                                          "podGroupTemplateName": TEMPLATE_NAME}}}
@@ -106,5 +110,31 @@ class WorkloadBackend(GangBackend):
             link = {"workloadRef": {"workloadName": plan.gang_name, "templateName": TEMPLATE_NAME}}
         pod_group = {"apiVersion": self.api_version, "kind": "PodGroup",
                      "metadata": gang_object_metadata(plan, request, owner_ref),
-                     "spec": {**link, "schedulingPolicy": policy}}
+                     "spec": {**link, "schedulingPolicy": policy, **constraints}}
         return [workload, pod_group]
+
+    def wire_topology(self, template: dict[str, Any], plan: GangPlan) -> None:
+        """A required topology is the PodGroup's ``schedulingConstraints`` (gang_objects), which the
+        scheduler places the whole gang by; the API has no preferred one, so that is pod affinity."""
+        if plan.topology is not None and not plan.topology.required:
+            add_pod_affinity(template, plan)
+
+    def check_created(self, sent: dict[str, Any], made: dict[str, Any]) -> None:
+        """Raises PermanentError when the server dropped ``schedulingConstraints``: with feature gate
+        TopologyAwareWorkloadScheduling off, kube-apiserver silently clears the field on create, and the gang
+        would be placed without its required topology."""
+        wanted = _constraints(sent)
+        if wanted and _constraints(made) != wanted:
+            raise PermanentError(
+                f"the API server dropped the required topology constraint of {sent.get('kind')} "
+                f"{(sent.get('metadata') or {}).get('name')} (schedulingConstraints {wanted}): it needs feature "
+                f"gate {TOPOLOGY_GATE}=true on kube-apiserver and kube-scheduler; nothing was left placed without "
+                "it. Use backend kueue (Topology Aware Scheduling) or another backend (pod affinity) on this cluster")
+
+
+def _constraints(obj: dict[str, Any]) -> Any:
+    """``schedulingConstraints`` of a PodGroup, or of a Workload's (one) PodGroupTemplate; None if unset."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Workload":
+        spec = (spec.get("podGroupTemplates") or [{}])[0] or {}
+    return spec.get("schedulingConstraints")
