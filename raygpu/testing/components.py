@@ -41,8 +41,13 @@ KUBERNETES_ENV = "RAYGPU_TESTBED_KUBERNETES"
 # alpha there and dropped from writes without their gates (the doctor's DRA test writes both); on by default in 1.37.
 # NOT on the scheduler/controller-manager: with DRADeviceTaints they watch resource.k8s.io/v1alpha3
 # DeviceTaintRules, which this apiserver does not serve, so their caches never sync and nothing is scheduled.
-FEATURE_GATES = {"1.34": "", "1.37": "GenericWorkload=true"}
-APISERVER_FEATURE_GATES = {"1.34": "DRADeviceTaints=true,ResourceHealthStatus=true", "1.37": "GenericWorkload=true"}
+# 1.37 also: TopologyAwareWorkloadScheduling (alpha, off by default; needs GenericWorkload), on the apiserver
+# (else it drops a PodGroup's schedulingConstraints on create) and the scheduler (else it ignores them: its
+# TopologyPlacementGenerator plugin places the whole PodGroup in one domain). It watches nothing new
+# (CompositePodGroup, which would, stays off). Backend workload's required topology needs both.
+FEATURE_GATES = {"1.34": "", "1.37": "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"}
+APISERVER_FEATURE_GATES = {"1.34": "DRADeviceTaints=true,ResourceHealthStatus=true",
+                           "1.37": "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"}
 RUNTIME_CONFIG = {"1.34": "", "1.37": "scheduling.k8s.io/v1beta1=true"}  # apiserver only
 
 BUILD_SCRIPT = Path(__file__).parent / "scripts" / "build-components.sh"

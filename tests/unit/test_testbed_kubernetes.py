@@ -121,11 +121,11 @@ def test_a_running_testbed_of_the_other_kubernetes_is_not_ours(tmp_path):
     assert controlplane.Testbed.recorded_kubernetes(tmp_path) == "1.37"
 
 
-def test_1_37_turns_the_workload_api_on_in_every_control_plane_binary():
+def test_1_37_turns_the_workload_api_and_its_topology_on_in_every_control_plane_binary():
     tb = controlplane.Testbed(Path("/nonexistent"), "1.37")
-    assert tb._feature_flags(runtime_config=True) == ["--feature-gates=GenericWorkload=true",
-                                                      "--runtime-config=scheduling.k8s.io/v1beta1=true"]
-    assert tb._feature_flags() == ["--feature-gates=GenericWorkload=true"]  # scheduler, controller-manager
+    gates = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+    assert tb._feature_flags(runtime_config=True) == [gates, "--runtime-config=scheduling.k8s.io/v1beta1=true"]
+    assert tb._feature_flags() == [gates]  # scheduler (else it ignores a PodGroup's topology), controller-manager
     assert controlplane.Testbed(Path("/nonexistent"), "1.34")._feature_flags(runtime_config=True) == [
         "--feature-gates=DRADeviceTaints=true,ResourceHealthStatus=true"]  # alpha DRA fields the doctor test writes
     # not the scheduler/controller-manager: with DRADeviceTaints they wait for a DeviceTaintRule API 1.34 lacks
