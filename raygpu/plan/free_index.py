@@ -18,6 +18,7 @@ Pure helpers, no I/O; shared by the pending-placement-group simulation
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 EPS = 1e-9
@@ -84,7 +85,7 @@ class FreeIndex:
         self._shape_ids: dict[tuple, int] = {}
 
     @classmethod
-    def build(cls, rows: list[tuple[str, dict[str, str], dict[str, float], str, str, tuple, tuple[tuple, tuple]]]
+    def build(cls, rows: Iterable[tuple[str, dict[str, str], dict[str, float], str, str, tuple, tuple[tuple, tuple]]]
               ) -> "FreeIndex":
         """An index of ``rows`` (node id, labels, free, role, group, rank, (labels sorted, free sorted)), in
         node id order, each node new: what ``add`` of each row in turn gives (the same nodes, buckets and

@@ -125,14 +125,11 @@ def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], shapes: lis
             keys = judged[raw] = (tuple(sorted(raw[0])), tuple(sorted(raw[1]))) if any(
                 fits(u.demand, free) and matches_all(u.selectors, h.labels) for u in shapes) else None
         if keys is not None:
-            taken.append((nid, keys))
+            taken.append((nid, keys, h))  # node ids are unique: the sort never compares further
     taken.sort()
-    rows = []
-    for nid, keys in taken:
-        h, c = hosts[nid], candidates.get(nid)
-        rows.append((nid, h.labels, h.available, FREE, "", (), keys) if c is None
-                    else (nid, h.labels, h.available, CAND, c.group, c.rank, keys))
-    return FreeIndex.build(rows)
+    get = candidates.get
+    return FreeIndex.build((nid, h.labels, h.available, FREE, "", (), keys) if (c := get(nid)) is None
+                           else (nid, h.labels, h.available, CAND, c.group, c.rank, keys) for nid, keys, h in taken)
 
 
 def _why(pg: PlacementGroupView, tail: str = "") -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Container
-from itertools import compress, repeat
-from operator import attrgetter, eq, itemgetter
+from itertools import compress
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
@@ -31,11 +31,11 @@ from raygpu.model.reclaim import (
     ReclaimReason,
 )
 from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeView, Snapshot
-from raygpu.plan.pending import Candidate, Growth, needed_by_pending_pgs
+from raygpu.plan.occupants import GONE_PHASES, candidate_ranks, count_others, defrag_keys, occupants_of, staying_on_node
+from raygpu.plan.pending import Growth, needed_by_pending_pgs
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 _KEEP, _DELETE = DecisionAction.KEEP, DecisionAction.DELETE
-_GONE_PHASES = ("Succeeded", "Failed")
 R = ReclaimReason
 
 
@@ -46,14 +46,12 @@ class _Worker(NamedTuple):  # one per candidate (an idle worker it may delete): 
     idle_for_s: float | None  # None: busy or no Ray node
     name: str  # pod.name and pod.node_name, read once in the main pass
     node_name: str | None
-    stays: bool  # counts among its node's occupants (``_occupants``): on a node, not Succeeded or Failed
+    stays: bool  # counts among its node's occupants (``plan.occupants``): on a node, not Succeeded or Failed
 
 
-_NAME, _NODE_NAME = attrgetter("name"), attrgetter("node_name")
-_CLUSTER_NS = attrgetter("ray_cluster", "namespace")
 _ALIVE, _INSTANCE_ID = attrgetter("alive"), attrgetter("instance_id")
 _FIRST_TWO = itemgetter(0, 1)
-_WORKER_NAME = attrgetter("name")
+_WORKER_NAME = itemgetter(4)  # _Worker.name
 
 
 def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float) -> ReclaimPlan:
@@ -64,8 +62,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     worker it cannot judge is kept, with its reason. Pod names are unique in the
     cluster's namespace (Kubernetes' own rule; the views come from the API).
 
-    Cost: one pass over the Ray nodes, one over the pods of the snapshot and one over the cluster's pods,
-    each a plain loop; a pod that is kept costs one dict (its ``Decision``'s fields, made into Decisions
+    Cost: one pass over the Ray nodes and one over the pods of the snapshot (the cluster's judged, the
+    others only counted on their node), each a plain loop; a pod that is kept costs one dict (its ``Decision``'s fields, made into Decisions
     without validation by ``Decision.typed_dicts``), only the candidates get a tuple, and the pending-PG
     step (``plan.pending``) works on the candidates and nodes that could take a pending bundle.
     """
@@ -77,11 +75,11 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
     # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name).
     ray_by_pod = _ray_by_pod(snapshot.ray.nodes)
-    all_pods = snapshot.k8s.pods
-    pods = sorted(compress(all_pods, map(eq, map(_CLUSTER_NS, all_pods), repeat((cluster.name, ns)))), key=_NAME)
+    cname = cluster.name
 
-    # 2. Protections, in order, in one pass over the pods in name order; the first that applies is the
-    #    reason. decisions: pod name -> its Decision's fields (None: a candidate, decided below).
+    # 2. Protections, in order, in one pass over the snapshot's pods (the cluster's judged, the others set
+    #    aside for the occupant count); the first that applies is the reason. decisions: pod name -> its
+    #    Decision's fields (None: a candidate, decided below), put in name order at the end.
     decisions: dict[str, dict | None] = {}
     held = _bundle_holders(snapshot.ray.placement_groups)
     pending_pgs = any(pg.state in _PENDING for pg in snapshot.ray.placement_groups)
@@ -96,7 +94,16 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     per_group = {name: (g, listed[name], timeouts[name], name if name.startswith(RESERVATION_GROUP_PREFIX) else None)
                  for name, g in groups.items()}
     no_group = (None, frozenset(), 0.0, None)
-    for pod in pods:  # the hot loop (21,000 pods at 10,000 nodes): plain reads, no call but the dict's
+    # Kubernetes node name -> how many of the cluster's pods stay on it (bound, not deleting, not Succeeded
+    # or Failed, not on their way out); other pods are counted after the loop (``plan.occupants``)
+    occupants: dict[str, int] = {}
+    others: list[K8sPodView] = []
+    mine = 0
+    for pod in snapshot.k8s.pods:  # the hot loop (21,000 pods at 10,000 nodes): plain reads, no call but the dict's
+        if pod.ray_cluster != cname or pod.namespace != ns:
+            others.append(pod)
+            continue
+        mine += 1
         name = pod.name
         node = ray_by_pod.get(name)
         if node is None:
@@ -106,12 +113,15 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             idle_for_s = None if (since := node.idle_since_s) is None else now_s - since
         g, in_list, timeout_s, group_res = per_group.get(group, no_group)
         head = pod.ray_node_type == "head" or (node is not None and node.is_head)
-        away = g is None or pod.deleting or name in in_list
+        deleting, phase, k8s_node = pod.deleting, pod.phase, pod.node_name
+        away = g is None or deleting or name in in_list
         if away and not head:
             going_away.add(name)
-        elif pending_pgs and node is not None and not node.draining and not pod.deleting \
-                and pod.phase not in _GONE_PHASES:
-            hosts[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
+        elif not deleting and phase not in GONE_PHASES:
+            if k8s_node:
+                occupants[k8s_node] = occupants.get(k8s_node, 0) + 1
+            if pending_pgs and node is not None and not node.draining:
+                hosts[node.node_id] = node  # a plan.pending.Host as it is: no copy per Ray node
         if head:
             reason, detail = R.HEAD, "the head is never reclaimed"
         elif g is None:
@@ -140,17 +150,21 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             reason = None
         if reason is None:
             decisions[name] = None
-            k8s_node = pod.node_name
             candidates.append(_Worker(pod, group, node, idle_for_s, name, k8s_node,
-                                      bool(k8s_node) and pod.phase not in _GONE_PHASES))
+                                      bool(k8s_node) and phase not in GONE_PHASES))
         elif node is None:  # _fields, written out: one call less per pod
             decisions[name] = {"pod_name": name, "group": group, "action": _KEEP, "reason": reason,
-                               "detail": detail, "k8s_node_name": pod.node_name, "ray_node_id": None,
+                               "detail": detail, "k8s_node_name": k8s_node, "ray_node_id": None,
                                "gpus": 0.0, "idle_for_s": idle_for_s}
         else:
             decisions[name] = {"pod_name": name, "group": group, "action": _KEEP, "reason": reason,
-                               "detail": detail, "k8s_node_name": pod.node_name, "ray_node_id": node.node_id,
+                               "detail": detail, "k8s_node_name": k8s_node, "ray_node_id": node.node_id,
                                "gpus": node.total.get("GPU", 0.0), "idle_for_s": idle_for_s}
+    candidates.sort(key=_WORKER_NAME)  # name order (stable: pods of one name in snapshot order)
+    if len(decisions) < mine:  # two pods of one name (Kubernetes forbids it): count as _occupants says
+        occupants = occupants_of(snapshot.k8s.pods, ns, going_away, candidates)
+    else:
+        count_others(occupants, others, ns, going_away)
 
     def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
         decisions[w.name] = _fields(w.pod, w.group, w.node, w.idle_for_s, _KEEP, reason, detail)
@@ -160,10 +174,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     # only on a Ray node whose pod exists and is not on its way out. It reads step 4's
     # headroom to prefer candidates the group minimum keeps anyway.
     pending, headroom = _headroom(cluster, decisions)
-    occupants = _occupants(snapshot, ns, going_away, candidates)
     if candidates and pending_pgs:
         needed = needed_by_pending_pgs(snapshot.ray.placement_groups, hosts,
-                                       _candidates([w for w in candidates if w.name not in drained],
+                                       candidate_ranks([w for w in candidates if w.name not in drained],
                                                    occupants),
                                        _spare(candidates, headroom),
                                        _growth(cluster))
@@ -180,7 +193,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     #     warm_targets[group] candidates in that order stay; other groups are untouched.
     warm = policy.warm_targets
     order = [(w.group in warm and w.name not in drained, key, w)
-             for w, key in zip(candidates, _defrag_keys(candidates, occupants))]
+             for w, key in zip(candidates, defrag_keys(candidates, occupants))]
     order.sort(key=_FIRST_TWO)  # the key ends with the pod name: no two are equal
     candidates = [w for _, _, w in order]
     allowed = _warm_allowance(candidates, headroom, warm, drained)
@@ -217,7 +230,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             replicas=max(0, g.replicas - len(added)),
             workers_to_delete=g.workers_to_delete + added, added=added))
     deleted = [w for ws in to_delete.values() for w in ws]
-    gone = _staying_on_node(deleted)  # deleted pods that counted among their node's occupants
+    gone = staying_on_node(deleted)  # deleted pods that counted among their node's occupants
     freed = sorted({w.node_name for w in deleted if w.node_name
                     and occupants.get(w.node_name, 0) == gone.get(w.node_name, 0)})
     plan = ReclaimPlan(
@@ -231,7 +244,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     )
     # every pod has its fields by now, in name order; made Decisions here, and not validated once more one
     # by one inside the plan (model_copy does not validate: they are Decisions already)
-    return plan.model_copy(update={"decisions": Decision.typed_dicts(list(decisions.values()))})
+    return plan.model_copy(update={"decisions": Decision.typed_dicts([decisions[n] for n in sorted(decisions)])})
 
 
 def _ray_by_pod(nodes: tuple[RayNodeView, ...]) -> dict[str, RayNodeView]:
@@ -263,16 +276,6 @@ def _warm_allowance(candidates: list[_Worker], headroom: dict[str, int], warm: d
     for w in candidates:
         (gone if w.name in drained else usable)[w.group] += 1
     return {g: min(h, gone[g] + max(0, usable[g] - warm[g])) if g in warm else h for g, h in headroom.items()}
-
-
-def _candidates(candidates: list[_Worker], occupants: dict[str, int]) -> dict[str, Candidate]:
-    """By Ray node id, ranked least wanted deletion first: shares its node with most staying pods, then
-    with most fellow candidates, then least idle, then node id."""
-    out = {}
-    for w, d in zip(candidates, _defrag_keys(candidates, occupants)):
-        nid = w.node.node_id
-        out[nid] = Candidate(nid, w.name, w.group, ((-d[0], -d[1]), w.idle_for_s or 0.0, nid))
-    return out
 
 
 def _spare(candidates: list[_Worker], headroom: dict[str, int]) -> dict[str, int]:
@@ -332,50 +335,3 @@ def _headroom(cluster: RayClusterView, pod_names: Container[str]) -> tuple[dict[
     headroom = {g.group_name: max(0, g.replicas - pending[g.group_name] - g.min_replicas)
                 for g in cluster.worker_groups}
     return pending, headroom
-
-
-def _occupants(snapshot: Snapshot, namespace: str, going_away: set[str], workers: list[_Worker]) -> dict[str, int]:
-    """Kubernetes node name -> how many pods (of any cluster) will still be on it, for the nodes of ``workers``
-    (the candidates: no other node is ever asked about; a node with none may be missing). Counts, not sets:
-    one cycle at 10,000 nodes would keep 21,000 key tuples and 10,000 sets alive, enough to force a full
-    garbage collection. ``going_away``: names in the cluster's ``namespace``."""
-    wanted = {w.node_name for w in workers if w.node_name}
-    out: dict[str, int] = defaultdict(int)
-    if not wanted:
-        return out
-    pods = snapshot.k8s.pods  # the pods on other nodes left out by a C loop
-    for p in compress(pods, map(wanted.__contains__, map(_NODE_NAME, pods))):
-        if not p.deleting and p.phase not in _GONE_PHASES \
-                and not (going_away and p.name in going_away and p.namespace == namespace):
-            out[p.node_name] += 1
-    return out
-
-
-def _staying_on_node(workers: list[_Worker]) -> dict[str, int]:
-    """Kubernetes node name -> how many of ``workers`` are among its occupants (``_occupants``)."""
-    out: dict[str, int] = defaultdict(int)
-    for w in workers:
-        if w.stays:
-            out[w.node_name] += 1
-    return out
-
-
-def _defrag_keys(workers: list[_Worker], occupants: dict[str, int]) -> list[tuple]:
-    """Per worker of ``workers`` (the candidates), its sort key: fewest pods that stay on its node, fewest
-    fellow candidates, most idle, name.
-
-    Of the other occupants of a worker's node, those that are not among ``workers`` stay and the rest are
-    its fellow candidates."""
-    mine: dict[str, int] = defaultdict(int)  # Kubernetes node name -> how many of ``workers`` are occupants
-    for w in workers:
-        if w.stays:
-            mine[w.node_name] += 1
-    out = []
-    for w in workers:
-        node = w.node_name
-        if not node:
-            out.append((1, 0, -(w.idle_for_s or 0.0), w.name))  # unknown node: never "frees" one
-        else:
-            fellows = mine.get(node, 0)
-            out.append((occupants.get(node, 0) - fellows, fellows - w.stays, -(w.idle_for_s or 0.0), w.name))
-    return out
