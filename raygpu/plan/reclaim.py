@@ -265,7 +265,7 @@ def _ray_by_pod(join: RayJoin) -> dict[str, RayNodeView]:
     if join.unique:
         return join.by_instance
     out: dict[str, RayNodeView] = {}
-    for n in join.with_instance:  # two live nodes claim one pod: keep the larger node id, whatever the order
+    for n in join.with_instance():  # two live nodes claim one pod: keep the larger node id, whatever the order
         if (cur := out.get(n.instance_id)) is None or n.node_id >= cur.node_id:
             out[n.instance_id] = n
     return out

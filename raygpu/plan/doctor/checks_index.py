@@ -89,7 +89,7 @@ class SnapshotIndex:
     @classmethod
     def build(cls, snapshot: Snapshot) -> "SnapshotIndex":
         """The index of ``snapshot``: one pass over its Ray nodes, one over its nodes, one over its pods."""
-        ix = cls(snapshot=snapshot, ray=join_ray(snapshot.ray.nodes))
+        ix = cls(snapshot=snapshot, ray=join_ray(snapshot.ray.nodes, snapshot.nvml))
         k8s = snapshot.k8s
         ix._index_ray(snapshot)
         ix._index_nodes(k8s.nodes)
@@ -106,28 +106,22 @@ class SnapshotIndex:
         return ix
 
     def _index_ray(self, snapshot: Snapshot) -> None:
-        """The live Ray nodes from ``self.ray``; the NVML view of each one with an instance id."""
+        """The live Ray nodes from ``self.ray``; the NVML units and MIG flag of each pod's available view."""
         join = self.ray
         self.live_ray_by_instance, self.live_ray_nodes = join.by_instance, join.live
         self.ghost_suspects = join.without_instance()
-        nvml = snapshot.nvml
-        if not nvml:
-            return
         views, units = self.nvml_by_pod, self.nvml_units_by_pod
-        for rn in join.with_instance:  # in snapshot order: of two nodes with one instance id, the last view wins
-            view = nvml.get(rn.node_id)
-            if view is not None:
-                instance = rn.instance_id
-                views[instance] = view
-                if view.available:
-                    devices = view.devices
-                    seen = len(devices)
-                    for d in devices:  # nvml_units_and_mig, inlined: 20,000 views at 10,000 nodes
-                        if d.mig_enabled:
-                            seen = nvml_units_and_mig(view)[0]
-                            self.nvml_mig_pods.add(instance)
-                            break
-                    units[instance] = seen
+        for instance, view in join.nvml:  # in snapshot order: of two nodes with one instance id, the last view wins
+            views[instance] = view
+            if view.available:
+                devices = view.devices
+                seen = len(devices)
+                for d in devices:  # nvml_units_and_mig, inlined: 20,000 views at 10,000 nodes
+                    if d.mig_enabled:
+                        seen = nvml_units_and_mig(view)[0]
+                        self.nvml_mig_pods.add(instance)
+                        break
+                units[instance] = seen
 
     def _index_nodes(self, nodes: tuple[K8sNodeView, ...]) -> None:
         """A tally per node and the node lists of the checks.
