@@ -38,9 +38,11 @@ class RayJoin:
     by_instance: dict[str, RayNodeView]  # instance id -> the last live node of that id (snapshot order)
     unique: bool  # no two live nodes share an instance id: by_instance holds every live node that has one
     with_instance_count: int  # live nodes with an instance id
-    # (instance id, NVML view) of each live node with an instance id and an NVML view, in snapshot order
-    # (of two nodes of one instance id both are listed); empty when the join was not given the NVML views
-    nvml: list[tuple[str, NvmlView]]
+    # the instance ids and NVML views of the live nodes with both, in snapshot order (of two nodes of one
+    # instance id both are listed); empty when the join was not given the NVML views. Two flat lists, not
+    # 20,000 pairs: every container that outlives a collection is one more object for the next full one
+    nvml_instances: list[str]
+    nvml_views: list[NvmlView]
 
     def with_instance(self) -> list[RayNodeView]:
         """The live nodes with an instance id, in snapshot order."""
@@ -60,7 +62,8 @@ def join_ray(nodes: tuple[RayNodeView, ...], nvml: dict[str, NvmlView] | None = 
     reads what it needs of each node beats several C loops that each read one attribute of every node."""
     live: list[RayNodeView] = []
     by_instance: dict[str, RayNodeView] = {}
-    views: list[tuple[str, NvmlView]] = []
+    instances: list[str] = []
+    views: list[NvmlView] = []
     count = 0
     get = nvml.get if nvml else None
     for n in nodes:
@@ -73,8 +76,9 @@ def join_ray(nodes: tuple[RayNodeView, ...], nvml: dict[str, NvmlView] | None = 
         count += 1
         by_instance[instance] = n
         if get is not None and (view := get(n.node_id)) is not None:
-            views.append((instance, view))
-    return RayJoin(live, by_instance, len(by_instance) == count, count, views)
+            instances.append(instance)
+            views.append(view)
+    return RayJoin(live, by_instance, len(by_instance) == count, count, instances, views)
 
 
 def index_snapshot(snapshot: Snapshot) -> "SnapshotIndex":

@@ -111,7 +111,8 @@ class SnapshotIndex:
         self.live_ray_by_instance, self.live_ray_nodes = join.by_instance, join.live
         self.ghost_suspects = join.without_instance()
         views, units = self.nvml_by_pod, self.nvml_units_by_pod
-        for instance, view in join.nvml:  # in snapshot order: of two nodes with one instance id, the last view wins
+        # in snapshot order: of two nodes with one instance id, the last view wins
+        for instance, view in zip(join.nvml_instances, join.nvml_views):
             views[instance] = view
             if view.available:
                 devices = view.devices
