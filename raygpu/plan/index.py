@@ -9,7 +9,8 @@ here, once, and passed to each explicitly:
   the NVML view of each. ``plan_reclaim`` needs only the join; it builds it itself when not given one.
 * ``index_snapshot(snapshot)``: the doctor's :class:`SnapshotIndex`, which holds that ``RayJoin``
   (``.ray``) and the rest every doctor check reads. Give it to ``reconcile(..., index=ix)`` and
-  ``plan_reclaim(..., index=ix)`` and the snapshot is walked once for both.
+  ``plan_reclaim(..., index=ix)`` and the Ray nodes are joined once for both. Each still walks the pods
+  for its own decisions (the doctor per node, plan_reclaim per pod of its cluster, with its policy and clock).
 
 There is no cache: an index belongs to the snapshot it was built from (``index.snapshot``), and a caller
 that has a new snapshot builds a new index.
