@@ -6,7 +6,7 @@ here, once, and passed to each explicitly:
 
 * :class:`RayJoin` (``join_ray``): the live Ray nodes and the pod each one runs in
   (``RayNodeView.instance_id`` == pod name, as KubeRay sets ``RAY_CLOUD_INSTANCE_ID``) and, for the doctor,
-  the NVML view of each. ``plan_reclaim`` needs only the join; it builds it itself when not given one.
+  the NVML view of each pod, its units and MIG flag, worked out in the same visit. ``plan_reclaim`` needs only the join; it builds it itself when not given one.
 * ``index_snapshot(snapshot)``: the doctor's :class:`SnapshotIndex`, which holds that ``RayJoin``
   (``.ray``) and the rest every doctor check reads. Give it to ``reconcile(..., index=ix)`` and
   ``plan_reclaim(..., index=ix)`` and the Ray nodes are joined once for both. Each still walks the pods
@@ -24,6 +24,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from raygpu.model.views import NvmlView, RayNodeView, Snapshot
+from raygpu.plan.doctor.facts import nvml_units_and_mig
 
 if TYPE_CHECKING:
     from raygpu.plan.doctor.checks_index import SnapshotIndex
@@ -39,11 +40,13 @@ class RayJoin:
     by_instance: dict[str, RayNodeView]  # instance id -> the last live node of that id (snapshot order)
     unique: bool  # no two live nodes share an instance id: by_instance holds every live node that has one
     with_instance_count: int  # live nodes with an instance id
-    # the instance ids and NVML views of the live nodes with both, in snapshot order (of two nodes of one
-    # instance id both are listed); empty when the join was not given the NVML views. Two flat lists, not
-    # 20,000 pairs: every container that outlives a collection is one more object for the next full one
-    nvml_instances: list[str]
-    nvml_views: list[NvmlView]
+    # NVML's view by pod name (instance id), of the live nodes with both, in the same visit; all empty when
+    # the join was not given the NVML views. Of two nodes of one instance id the last view wins, and the
+    # units of the last available one (no pairs kept: every container that outlives a collection is one more
+    # object for the next full one)
+    nvml_by_pod: dict[str, NvmlView]
+    nvml_units_by_pod: dict[str, int]  # NvmlView.gpu_units of the available views
+    nvml_mig_pods: set[str]  # pods whose available NVML view has MIG on
 
     def with_instance(self) -> list[RayNodeView]:
         """The live nodes with an instance id, in snapshot order."""
@@ -63,8 +66,9 @@ def join_ray(nodes: tuple[RayNodeView, ...], nvml: dict[str, NvmlView] | None = 
     reads what it needs of each node beats several C loops that each read one attribute of every node."""
     live: list[RayNodeView] = []
     by_instance: dict[str, RayNodeView] = {}
-    instances: list[str] = []
-    views: list[NvmlView] = []
+    views: dict[str, NvmlView] = {}
+    units: dict[str, int] = {}
+    mig: set[str] = set()
     count = 0
     get = nvml.get if nvml else None
     for n in nodes:
@@ -77,9 +81,17 @@ def join_ray(nodes: tuple[RayNodeView, ...], nvml: dict[str, NvmlView] | None = 
         count += 1
         by_instance[instance] = n
         if get is not None and (view := get(n.node_id)) is not None:
-            instances.append(instance)
-            views.append(view)
-    return RayJoin(live, by_instance, len(by_instance) == count, count, instances, views)
+            views[instance] = view
+            if view.available:
+                devices = view.devices
+                seen = len(devices)
+                for d in devices:  # nvml_units_and_mig, inlined: 20,000 views at 10,000 nodes
+                    if d.mig_enabled:
+                        seen = nvml_units_and_mig(view)[0]
+                        mig.add(instance)
+                        break
+                units[instance] = seen
+    return RayJoin(live, by_instance, len(by_instance) == count, count, views, units, mig)
 
 
 def index_snapshot(snapshot: Snapshot) -> "SnapshotIndex":

@@ -39,7 +39,6 @@ from raygpu.plan.doctor.facts import (
     as_float,
     gpu_names,
     nvml_reason_class,
-    nvml_units_and_mig,
     pod_gpu_map,
     shape_of,
 )
@@ -106,23 +105,12 @@ class SnapshotIndex:
         return ix
 
     def _index_ray(self, snapshot: Snapshot) -> None:
-        """The live Ray nodes from ``self.ray``; the NVML units and MIG flag of each pod's available view."""
+        """The live Ray nodes and each pod's NVML view, units and MIG flag: ``self.ray``'s (one visit per node)."""
         join = self.ray
         self.live_ray_by_instance, self.live_ray_nodes = join.by_instance, join.live
         self.ghost_suspects = join.without_instance()
-        views, units = self.nvml_by_pod, self.nvml_units_by_pod
-        # in snapshot order: of two nodes with one instance id, the last view wins
-        for instance, view in zip(join.nvml_instances, join.nvml_views):
-            views[instance] = view
-            if view.available:
-                devices = view.devices
-                seen = len(devices)
-                for d in devices:  # nvml_units_and_mig, inlined: 20,000 views at 10,000 nodes
-                    if d.mig_enabled:
-                        seen = nvml_units_and_mig(view)[0]
-                        self.nvml_mig_pods.add(instance)
-                        break
-                units[instance] = seen
+        self.nvml_by_pod, self.nvml_units_by_pod, self.nvml_mig_pods = \
+            join.nvml_by_pod, join.nvml_units_by_pod, join.nvml_mig_pods
 
     def _index_nodes(self, nodes: tuple[K8sNodeView, ...]) -> None:
         """A tally per node and the node lists of the checks.
