@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Container
-from itertools import compress
-from operator import attrgetter, itemgetter
-from typing import NamedTuple
+from operator import itemgetter
+from typing import TYPE_CHECKING, NamedTuple
 
 from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
@@ -31,8 +30,12 @@ from raygpu.model.reclaim import (
     ReclaimReason,
 )
 from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeView, Snapshot
+from raygpu.plan.index import RayJoin, join_ray
 from raygpu.plan.occupants import GONE_PHASES, candidate_ranks, count_others, defrag_keys, occupants_of, staying_on_node
 from raygpu.plan.pending import Growth, needed_by_pending_pgs
+
+if TYPE_CHECKING:
+    from raygpu.plan.doctor.checks_index import SnapshotIndex
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 _KEEP, _DELETE = DecisionAction.KEEP, DecisionAction.DELETE
@@ -49,12 +52,12 @@ class _Worker(NamedTuple):  # one per candidate (an idle worker it may delete): 
     stays: bool  # counts among its node's occupants (``plan.occupants``): on a node, not Succeeded or Failed
 
 
-_ALIVE, _INSTANCE_ID = attrgetter("alive"), attrgetter("instance_id")
 _FIRST_TWO = itemgetter(0, 1)
 _WORKER_NAME = itemgetter(4)  # _Worker.name
 
 
-def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float) -> ReclaimPlan:
+def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float, *,
+                 index: SnapshotIndex | None = None) -> ReclaimPlan:
     """Plan the scale-down of ``cluster``'s idle workers as of ``now_s``.
 
     Returns a plan with one decision per pod of the cluster and one
@@ -66,6 +69,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     others only counted on their node), each a plain loop; a pod that is kept costs one dict (its ``Decision``'s fields, made into Decisions
     without validation by ``Decision.typed_dicts``), only the candidates get a tuple, and the pending-PG
     step (``plan.pending``) works on the candidates and nodes that could take a pending bundle.
+
+    ``index``: ``plan.index.index_snapshot(snapshot)`` when the cycle has it already (it reads the index's
+    ``RayJoin``: Ray's live nodes by pod name); else that join is built here.
     """
     ns = cluster.namespace
     groups: dict[str, GroupTemplate] = {}  # by name, the first of a name as cluster.group() finds it
@@ -74,7 +80,12 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     listed = {g.group_name: frozenset(g.workers_to_delete) for g in reversed(cluster.worker_groups)}
 
     # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name).
-    ray_by_pod = _ray_by_pod(snapshot.ray.nodes)
+    if index is None:
+        ray_by_pod = _ray_by_pod(join_ray(snapshot.ray.nodes))
+    elif index.snapshot is not snapshot:
+        raise ValueError("index was built from another snapshot")
+    else:
+        ray_by_pod = _ray_by_pod(index.ray)
     cname = cluster.name
 
     # 2. Protections, in order, in one pass over the snapshot's pods (the cluster's judged, the others set
@@ -247,17 +258,16 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     return plan.model_copy(update={"decisions": Decision.typed_dicts([decisions[n] for n in sorted(decisions)])})
 
 
-def _ray_by_pod(nodes: tuple[RayNodeView, ...]) -> dict[str, RayNodeView]:
+def _ray_by_pod(join: RayJoin) -> dict[str, RayNodeView]:
     """Pod name -> its live Ray node (``instance_id`` == pod name); of two live nodes with one instance id,
-    the larger node id (as a dict built in node id order would keep). Built by C loops when the instance
-    ids are unique (the usual case), else by a plain loop."""
-    live = list(filter(_INSTANCE_ID, compress(nodes, map(_ALIVE, nodes))))
-    out = dict(zip(map(_INSTANCE_ID, live), live))
-    if len(out) < len(live):  # two live nodes claim one pod: keep the larger node id, whatever the order
-        out = {}
-        for n in live:
-            if (cur := out.get(n.instance_id)) is None or n.node_id >= cur.node_id:
-                out[n.instance_id] = n
+    the larger node id (as a dict built in node id order would keep). The join's own map when the instance
+    ids are unique (the usual case), else a plain loop."""
+    if join.unique:
+        return join.by_instance
+    out: dict[str, RayNodeView] = {}
+    for n in join.with_instance():  # two live nodes claim one pod: keep the larger node id, whatever the order
+        if (cur := out.get(n.instance_id)) is None or n.node_id >= cur.node_id:
+            out[n.instance_id] = n
     return out
 
 

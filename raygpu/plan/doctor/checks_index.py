@@ -39,11 +39,11 @@ from raygpu.plan.doctor.facts import (
     as_float,
     gpu_names,
     nvml_reason_class,
-    nvml_units_and_mig,
     pod_gpu_map,
     shape_of,
 )
 from raygpu.plan.doctor.tally import NodeShape, NodeTally, node_shape
+from raygpu.plan.index import RayJoin, join_ray
 
 
 @dataclass
@@ -51,6 +51,7 @@ class SnapshotIndex:
     """Every lookup the checks need, keyed the way the views join. Built by :meth:`build`; read-only after."""
 
     snapshot: Snapshot
+    ray: RayJoin | None = None  # Ray's live nodes joined to pod names (``plan.index``: plan_reclaim reads it too)
     nodes: dict[str, K8sNodeView] = field(default_factory=dict)
     tallies: dict[str, NodeTally] = field(default_factory=dict)  # by node name, snapshot order
     ray_pods: list[K8sPodView] = field(default_factory=list)  # Ray pods in scope, any phase
@@ -87,7 +88,7 @@ class SnapshotIndex:
     @classmethod
     def build(cls, snapshot: Snapshot) -> "SnapshotIndex":
         """The index of ``snapshot``: one pass over its Ray nodes, one over its nodes, one over its pods."""
-        ix = cls(snapshot=snapshot)
+        ix = cls(snapshot=snapshot, ray=join_ray(snapshot.ray.nodes, snapshot.nvml))
         k8s = snapshot.k8s
         ix._index_ray(snapshot)
         ix._index_nodes(k8s.nodes)
@@ -104,30 +105,12 @@ class SnapshotIndex:
         return ix
 
     def _index_ray(self, snapshot: Snapshot) -> None:
-        nvml, live, views, units = snapshot.nvml, self.live_ray_by_instance, self.nvml_by_pod, self.nvml_units_by_pod
-        live_nodes, ghosts = self.live_ray_nodes, self.ghost_suspects
-        for rn in snapshot.ray.nodes:
-            if not rn.alive:
-                continue
-            live_nodes.append(rn)
-            instance = rn.instance_id
-            if not instance:
-                ghosts.append(rn)
-                continue
-            live[instance] = rn
-            if nvml:
-                view = nvml.get(rn.node_id)
-                if view is not None:
-                    views[instance] = view
-                    if view.available:
-                        devices = view.devices
-                        seen = len(devices)
-                        for d in devices:  # nvml_units_and_mig, inlined: 20,000 views at 10,000 nodes
-                            if d.mig_enabled:
-                                seen = nvml_units_and_mig(view)[0]
-                                self.nvml_mig_pods.add(instance)
-                                break
-                        units[instance] = seen
+        """The live Ray nodes and each pod's NVML view, units and MIG flag: ``self.ray``'s (one visit per node)."""
+        join = self.ray
+        self.live_ray_by_instance, self.live_ray_nodes = join.by_instance, join.live
+        self.ghost_suspects = join.without_instance()
+        self.nvml_by_pod, self.nvml_units_by_pod, self.nvml_mig_pods = \
+            join.nvml_by_pod, join.nvml_units_by_pod, join.nvml_mig_pods
 
     def _index_nodes(self, nodes: tuple[K8sNodeView, ...]) -> None:
         """A tally per node and the node lists of the checks.

@@ -68,6 +68,7 @@ def reconcile(
     orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
     templates: Iterable[GroupTemplate] = (),
     include_pending_pgs: bool = True,
+    index: SnapshotIndex | None = None,
 ) -> DoctorReport:
     """Turn a snapshot of Ray's, kubelet's and NVML's views into typed findings.
 
@@ -80,6 +81,8 @@ def reconcile(
     ``orphan_grace_s``: a Running pod younger than this is not an orphan yet.
     ``templates``: worker groups of the RayCluster, for the CPU/memory part of
     the stranded arithmetic (else the shapes of the Ray pods in the snapshot).
+    ``index``: ``plan.index.index_snapshot(snapshot)`` when the caller has it already (a cycle that also
+    runs ``plan_reclaim`` on this snapshot builds it once for both); built here when not given.
     """
     unreachable = []
     if not snapshot.k8s.reachable:
@@ -96,7 +99,7 @@ def reconcile(
     if not snapshot.k8s.reachable:
         return DoctorReport(**base)
 
-    ix = SnapshotIndex.build(snapshot)
+    ix = SnapshotIndex.build(snapshot) if index is None else _of(index, snapshot)
     found: list[Finding] = []
     ran: list[str] = []
     for check in checks(now_s, orphan_grace_s):
@@ -112,6 +115,13 @@ def reconcile(
         findings=tuple(found),
         stranded=stranded_gpus(snapshot, templates=templates, include_pending_pgs=include_pending_pgs, index=ix),
     )
+
+
+def _of(index: SnapshotIndex, snapshot: Snapshot) -> SnapshotIndex:
+    """``index`` if it is the index of this very snapshot (an index of another one would mislead every check)."""
+    if index.snapshot is not snapshot:
+        raise ValueError("index was built from another snapshot")
+    return index
 
 
 def node_rows(ix: SnapshotIndex, findings: Iterable[Finding] = ()) -> tuple[NodeRow, ...]:
