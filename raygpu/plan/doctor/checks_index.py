@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from raygpu.model.shapes import GpuKind
 from raygpu.model.views import (
     K8sNodeView,
     K8sPodView,
@@ -40,10 +39,9 @@ from raygpu.plan.doctor.facts import (
     MIG_STRATEGY_LABEL,
     TERMINAL_PHASES,
     as_float,
-    gpu_names,
     nvml_reason_class,
+    pod_facts,
     pod_gpu_map,
-    shape_of,
 )
 from raygpu.plan.doctor.tally import NodeShape, NodeTally, node_shape
 from raygpu.plan.index import RayJoin, join_ray
@@ -147,7 +145,7 @@ class SnapshotIndex:
         """Fill the tallies and the check lists; return the names of the live Ray pods with a live Ray node.
 
         The hot loop of the doctor (21,000 pods at 10,000 nodes). What a pod's maps say (GPU map, units,
-        slices, CPU, memory: :func:`_pod_facts`) is worked out once per distinct limits map of the pods
+        slices, CPU, memory: :func:`pod_facts`) is worked out once per distinct limits map of the pods
         whose requests equal their limits (the usual pod: the pods of a group share one shape) and shared,
         read-only; a pod whose maps differ gets its own.
         """
@@ -161,16 +159,16 @@ class SnapshotIndex:
         # a map's resource names -> (its GPU names, some of them a slice or share), within this call
         names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]] = {}
         claim_gpus = self.claim_gpus
-        facts_memo: dict[tuple, tuple] = {}  # limits items -> _pod_facts, of pods whose requests equal their limits
+        facts_memo: dict[tuple, tuple] = {}  # limits items -> pod_facts, of pods whose requests equal their limits
         for pod in pods:
             req, lim = pod.requests, pod.limits
             if req == lim:
                 key = tuple(lim.items())
                 facts = facts_memo.get(key)
                 if facts is None:
-                    facts = facts_memo[key] = _pod_facts(req, lim, names_memo)
+                    facts = facts_memo[key] = pod_facts(req, lim, names_memo)
             else:
-                facts = _pod_facts(req, lim, names_memo)
+                facts = pod_facts(req, lim, names_memo)
             gpus, given, sliced, cpu, memory = facts
             if claim_gpus and (claimed := claim_gpus.get((pod.namespace, pod.name))) is not None:
                 given += claimed.units  # GPUs of its ResourceClaims: given to it as its limits' are
@@ -334,35 +332,6 @@ class SnapshotIndex:
         """An NVML view on this node whose failure blames the host driver, if any."""
         broken = self.driver_broken_on_node.get(node_name)
         return broken[0][1] if broken else None
-
-
-def _pod_facts(req: dict[str, float], lim: dict[str, float],
-               names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]]) -> tuple:
-    """(GPU map or None, its units, some GPU of it a slice or share, CPU, memory) of a pod's requests and limits.
-
-    The GPU map is ``pod_gpu_map``'s: the limits' non-zero GPU entries, then the larger of each in the
-    requests; CPU and memory are the requests', a missing request counting its limit (as in Kubernetes).
-    ``names_memo``: a map's resource names -> (its GPU names, one of them a slice or share), filled here.
-    """
-    names = tuple(lim)
-    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
-    gpus = {name: value for name in got[0] if (value := lim[name])} if got[0] else None
-    sliced = got[1]
-    names = tuple(req)
-    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
-    if got[0]:
-        sliced = sliced or got[1]
-        gpus = {} if gpus is None else gpus
-        for name in got[0]:
-            if value := req[name]:
-                gpus[name] = max(gpus.get(name, 0.0), value)
-    if not gpus:
-        gpus, sliced = None, False
-    elif sliced:  # some GPU name of the maps is a slice or share: is one in the map (not 0)?
-        sliced = any(shape_of(resource).kind is not GpuKind.WHOLE for resource in gpus)
-    cpu, memory = req.get("cpu"), req.get("memory")
-    return (gpus, sum(gpus.values()) if gpus else 0, sliced, lim.get("cpu", 0.0) if cpu is None else cpu,
-            lim.get("memory", 0.0) if memory is None else memory)
 
 
 def _cluster_scope(snapshot: Snapshot, live_by_instance: dict[str, RayNodeView]) -> frozenset[str] | None:
