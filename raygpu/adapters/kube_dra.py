@@ -14,7 +14,7 @@ Field names follow k8s.io/api resource/v1 types.go (v0.34):
 ``spec.nodeName``, ``spec.driver``, ``spec.pool.{name,generation,resourceSliceCount}``,
 ``spec.devices[].{name,attributes,taints,nodeName}``; a claim's
 ``status.allocation.devices.results[].{request,driver,pool,device}`` and
-``status.reservedFor[]``.
+``status.reservedFor[]``; its annotation ``resource.kubernetes.io/extended-resource-claim``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from raygpu.model.views import DraAllocatedDevice, DraDeviceTaint, DraDeviceView
 
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first
+# on the claim the scheduler makes for an extended-resource request served by DRA (KEP-5004)
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,9 @@ def resource_claim(c: dict[str, Any]) -> ResourceClaimView:
                       for r in results if isinstance(r, dict) and r.get("driver") and r.get("device"))
     pods = tuple(str(r["name"]) for r in st.get("reservedFor") or []
                  if isinstance(r, dict) and r.get("resource") == "pods" and r.get("name"))
+    extended = _dict(md.get("annotations")).get(EXTENDED_RESOURCE_CLAIM) == "true"
     return ResourceClaimView(name=md["name"], namespace=md.get("namespace") or "", allocated=allocated,
-                             reserved_for_pods=pods)
+                             reserved_for_pods=pods, extended_resource=extended)
 
 
 def _int(value: Any, default: int) -> int:

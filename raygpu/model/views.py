@@ -210,6 +210,9 @@ class ResourceClaimView(Frozen):
     namespace: str
     allocated: tuple[DraAllocatedDevice, ...] = ()
     reserved_for_pods: tuple[str, ...] = ()  # pod names (same namespace)
+    # annotation resource.kubernetes.io/extended-resource-claim=true: made by the scheduler for a pod's
+    # nvidia.com/gpu request served by DRA (KEP-5004); the pod's limit already counts its devices
+    extended_resource: bool = False
 
 
 class DeviceHealthView(Frozen):

@@ -73,6 +73,13 @@ def test_claim():
     assert resource_claim({"metadata": {"name": "c", "namespace": "x"}}).allocated == ()  # not allocated yet
 
 
+def test_claim_made_for_an_extended_resource_request_is_marked():
+    assert resource_claim(claim_object("c1", "gpu-0")).extended_resource is False
+    raw = claim_object("p1-extended-resources-0", "gpu-0")
+    raw["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
+    assert resource_claim(raw).extended_resource is True
+
+
 def test_read_dra_reads_slices_and_claims():
     got = read_dra(kube(slice_object(gpu_slice("n1", 8)), claims=(claim_object("c1", "gpu-0"),)), "default")
     assert [s.name for s in got.slices] == ["n1-gpu.nvidia.com-0"] and len(got.slices[0].devices) == 8

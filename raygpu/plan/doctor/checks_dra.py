@@ -7,8 +7,8 @@ well as) a device plugin's ``nvidia.com/gpu`` allocatable. Since Kubernetes
 served by a DRA device on a node that does not advertise that resource, so
 node allocatable alone can misstate a node's GPUs.
 
-* :func:`is_gpu_device`: which devices are GPUs, as NVIDIA's DRA driver
-  publishes them.
+* :func:`is_gpu_device` (``dra_gpus``): which devices are GPUs, as NVIDIA's
+  DRA driver publishes them.
 * :func:`dra_gpus_by_node`: the GPU devices of the current slices, per node.
 * :func:`with_dra_rows`: the kubelet counts of the node rows, DRA GPUs
   counted once (the larger of allocatable and the slices' GPU devices,
@@ -26,47 +26,18 @@ from dataclasses import dataclass, field
 from raygpu.model.findings import Evidence, Finding, FindingKind, Layer, NodeRow, Severity
 from raygpu.model.views import DraDeviceView, K8sView, ResourceSliceView
 from raygpu.plan.doctor.checks_index import SnapshotIndex
+from raygpu.plan.doctor.dra_gpus import (  # noqa: F401 - attribute, is_gpu_device: read from here too
+    GPU_DEVICE_TYPES,
+    NVIDIA_GPU_DRIVER,
+    attribute,
+    current_slices,
+    device_id,
+    is_gpu_device,
+)
 from raygpu.plan.doctor.facts import TERMINAL_PHASES, fmt
 
-NVIDIA_GPU_DRIVER = "gpu.nvidia.com"  # NVIDIA/k8s-dra-driver-gpu's gpu-kubelet-plugin
-# its "type" attribute: "gpu" (a whole GPU), "mig" (a MIG device); "vfio" (passthrough to a VM) is no container GPU
-GPU_DEVICE_TYPES = frozenset({"gpu", "mig"})
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _MAX_FACTS = 6
-
-
-def attribute(driver: str, device: DraDeviceView, name: str) -> str | None:
-    """A device attribute by its short name (``type``) or qualified by the driver (``gpu.nvidia.com/type``)."""
-    got = device.attributes.get(name)
-    return got if got is not None else device.attributes.get(f"{driver}/{name}")
-
-
-def is_gpu_device(driver: str, device: DraDeviceView) -> bool:
-    """Whether a ResourceSlice device is an NVIDIA GPU unit a container can be given.
-
-    Only driver ``gpu.nvidia.com`` publishes GPUs (its sibling
-    ``compute-domain.nvidia.com`` publishes IMEX channels, not GPUs). Its
-    ``type`` attribute decides: ``gpu`` and ``mig`` count (one unit each, as
-    ``nvidia.com/gpu`` and ``nvidia.com/mig-*`` do), ``vfio`` and anything
-    else do not. A device without ``type`` (a driver older than the
-    attribute) counts when its ``uuid`` is a GPU or MIG UUID (``GPU-...``,
-    ``MIG-...``), else when its name is the driver's ``gpu-<minor>`` (not
-    ``gpu-vfio-<n>``).
-    """
-    if driver != NVIDIA_GPU_DRIVER:
-        return False
-    kind = attribute(driver, device, "type")
-    if kind is not None:
-        return kind in GPU_DEVICE_TYPES
-    uuid = attribute(driver, device, "uuid") or ""
-    if uuid:
-        return uuid.startswith(("GPU-", "MIG-"))
-    return device.name.startswith("gpu-") and not device.name.startswith("gpu-vfio-")
-
-
-def device_id(driver: str, pool: str, name: str) -> str:
-    """``<driver>/<pool>/<device>``: how a claim's allocation and a pod's ``allocatedResourcesStatus`` name a device."""
-    return f"{driver}/{pool}/{name}"
 
 
 @dataclass
@@ -89,15 +60,6 @@ class NodeDra:
     def usable(self) -> int:
         """GPU devices a new claim can get: the untainted ones."""
         return self.count - len(self.tainted())
-
-
-def current_slices(slices: tuple[ResourceSliceView, ...]) -> list[ResourceSliceView]:
-    """The slices of each (driver, pool) at its highest generation; older ones are being replaced, not counted."""
-    newest: dict[tuple[str, str], int] = {}
-    for s in slices:
-        key = (s.driver, s.pool)
-        newest[key] = max(newest.get(key, s.pool_generation), s.pool_generation)
-    return [s for s in slices if s.pool_generation == newest[(s.driver, s.pool)]]
 
 
 def dra_gpus_by_node(k8s: K8sView) -> dict[str, NodeDra]:

@@ -2,7 +2,9 @@
 
 Every check, the node rows and the stranded arithmetic read this index and
 none walks the snapshot's pods again: the pass over the pods works out a
-pod's GPU map and units once per distinct shape, adds every live bound pod into its node's
+pod's GPU map and units once per distinct shape (the units plus the GPU
+devices of the ResourceClaims reserved for it: ``dra_gpus.claim_gpus_by_pod``,
+built once before the pass), adds every live bound pod into its node's
 :class:`NodeTally` (the CPU, memory and GPUs requested there; the Ray, pod
 and NVML counts of its Ray pods; the GPUs fractional Ray tasks leave over),
 and sorts the Ray pods into the few lists the checks start from (paired
@@ -22,7 +24,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from raygpu.model.shapes import GpuKind
 from raygpu.model.views import (
     K8sNodeView,
     K8sPodView,
@@ -31,16 +32,16 @@ from raygpu.model.views import (
     ResourceSliceView,
     Snapshot,
 )
+from raygpu.plan.doctor.dra_gpus import ClaimGpus, claim_gpus_by_pod
 from raygpu.plan.doctor.facts import (
     EPS,
     GPU_COUNT_LABEL,
     MIG_STRATEGY_LABEL,
     TERMINAL_PHASES,
     as_float,
-    gpu_names,
     nvml_reason_class,
+    pod_facts,
     pod_gpu_map,
-    shape_of,
 )
 from raygpu.plan.doctor.tally import NodeShape, NodeTally, node_shape
 from raygpu.plan.index import RayJoin, join_ray
@@ -64,8 +65,8 @@ class SnapshotIndex:
     nvml_by_pod: dict[str, NvmlView] = field(default_factory=dict)  # by pod name (the live Ray node's instance id)
     nvml_units_by_pod: dict[str, int] = field(default_factory=dict)  # NvmlView.gpu_units of available views
     nvml_mig_pods: set[str] = field(default_factory=set)  # pods whose available NVML view has MIG on
-    # by id(pod): the GPU units (sum of pod_gpu_map) of the Ray pods in the check lists; Ray pods whose GPUs are
-    # slices or shares
+    # by id(pod): the GPU units (sum of pod_gpu_map, plus its claims' GPU devices) of the Ray pods in the check
+    # lists; Ray pods whose GPUs are slices or shares
     gpu_units_by_pod: dict[int, float] = field(default_factory=dict, repr=False)
     sliced_pods: set[int] = field(default_factory=set, repr=False)
     # where the checks start, in snapshot order. A *suspect* list holds every object the check could find
@@ -79,6 +80,9 @@ class SnapshotIndex:
     gpuless_nodes: list[K8sNodeView] = field(default_factory=list)  # no GPU units in capacity
     zero_allocatable_nodes: list[K8sNodeView] = field(default_factory=list)  # a GPU resource not > 0 in allocatable
     mig_labelled_nodes: list[K8sNodeView] = field(default_factory=list)  # with a MIG strategy label
+    # (namespace, pod name) -> GPU devices of the ResourceClaims reserved for it (dra_gpus.claim_gpus_by_pod):
+    # part of what the pod was given; empty without claims
+    claim_gpus: dict[tuple[str, str], ClaimGpus] = field(default_factory=dict)
     any_device_health: bool = False  # some pod has an allocatedResourcesStatus entry (the DRA check reads them)
     driver_broken_on_node: dict[str, list[tuple[K8sPodView, NvmlView]]] = field(default_factory=dict)  # any node name
     _gpu_maps: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)  # pod_gpus, as asked
@@ -92,6 +96,7 @@ class SnapshotIndex:
         k8s = snapshot.k8s
         ix._index_ray(snapshot)
         ix._index_nodes(k8s.nodes)
+        ix.claim_gpus = claim_gpus_by_pod(k8s)
         paired_names = ix._index_pods(k8s.pods, _cluster_scope(snapshot, ix.live_ray_by_instance))
         # every live Ray node with an instance id has a live pod of that name when each name was paired
         if len(paired_names) != len(ix.live_ray_by_instance):
@@ -140,7 +145,7 @@ class SnapshotIndex:
         """Fill the tallies and the check lists; return the names of the live Ray pods with a live Ray node.
 
         The hot loop of the doctor (21,000 pods at 10,000 nodes). What a pod's maps say (GPU map, units,
-        slices, CPU, memory: :func:`_pod_facts`) is worked out once per distinct limits map of the pods
+        slices, CPU, memory: :func:`pod_facts`) is worked out once per distinct limits map of the pods
         whose requests equal their limits (the usual pod: the pods of a group share one shape) and shared,
         read-only; a pod whose maps differ gets its own.
         """
@@ -153,17 +158,20 @@ class SnapshotIndex:
         last_group: tuple[str | None, str | None] | None = None
         # a map's resource names -> (its GPU names, some of them a slice or share), within this call
         names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]] = {}
-        facts_memo: dict[tuple, tuple] = {}  # limits items -> _pod_facts, of pods whose requests equal their limits
+        claim_gpus = self.claim_gpus
+        facts_memo: dict[tuple, tuple] = {}  # limits items -> pod_facts, of pods whose requests equal their limits
         for pod in pods:
             req, lim = pod.requests, pod.limits
             if req == lim:
                 key = tuple(lim.items())
                 facts = facts_memo.get(key)
                 if facts is None:
-                    facts = facts_memo[key] = _pod_facts(req, lim, names_memo)
+                    facts = facts_memo[key] = pod_facts(req, lim, names_memo)
             else:
-                facts = _pod_facts(req, lim, names_memo)
+                facts = pod_facts(req, lim, names_memo)
             gpus, given, sliced, cpu, memory = facts
+            if claim_gpus and (claimed := claim_gpus.get((pod.namespace, pod.name))) is not None:
+                given += claimed.units  # GPUs of its ResourceClaims: given to it as its limits' are
             if pod.device_health:
                 self.any_device_health = True
             phase, node_name = pod.phase, pod.node_name
@@ -270,9 +278,17 @@ class SnapshotIndex:
         return got
 
     def pod_gpu_units(self, pod: K8sPodView) -> float:
-        """The sum of :meth:`pod_gpus` (of a pod in a check list: read from the index)."""
+        """The GPU units the pod was given: the sum of :meth:`pod_gpus` plus its claims' GPU devices (of a pod
+        in a check list: read from the index)."""
         got = self.gpu_units_by_pod.get(id(pod))
-        return sum(self.pod_gpus(pod).values()) if got is None else got
+        if got is not None:
+            return got
+        claimed = self.pod_claim_gpus(pod)
+        return sum(self.pod_gpus(pod).values()) + (claimed.units if claimed is not None else 0.0)
+
+    def pod_claim_gpus(self, pod: K8sPodView) -> ClaimGpus | None:
+        """The GPU devices of the ResourceClaims reserved for the pod, or None (no such claim, or none read)."""
+        return self.claim_gpus.get((pod.namespace, pod.name)) if self.claim_gpus else None
 
     # ----------------------------------------------------------- node facts
     def sorted_node_names(self) -> list[str]:
@@ -316,35 +332,6 @@ class SnapshotIndex:
         """An NVML view on this node whose failure blames the host driver, if any."""
         broken = self.driver_broken_on_node.get(node_name)
         return broken[0][1] if broken else None
-
-
-def _pod_facts(req: dict[str, float], lim: dict[str, float],
-               names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]]) -> tuple:
-    """(GPU map or None, its units, some GPU of it a slice or share, CPU, memory) of a pod's requests and limits.
-
-    The GPU map is ``pod_gpu_map``'s: the limits' non-zero GPU entries, then the larger of each in the
-    requests; CPU and memory are the requests', a missing request counting its limit (as in Kubernetes).
-    ``names_memo``: a map's resource names -> (its GPU names, one of them a slice or share), filled here.
-    """
-    names = tuple(lim)
-    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
-    gpus = {name: value for name in got[0] if (value := lim[name])} if got[0] else None
-    sliced = got[1]
-    names = tuple(req)
-    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
-    if got[0]:
-        sliced = sliced or got[1]
-        gpus = {} if gpus is None else gpus
-        for name in got[0]:
-            if value := req[name]:
-                gpus[name] = max(gpus.get(name, 0.0), value)
-    if not gpus:
-        gpus, sliced = None, False
-    elif sliced:  # some GPU name of the maps is a slice or share: is one in the map (not 0)?
-        sliced = any(shape_of(resource).kind is not GpuKind.WHOLE for resource in gpus)
-    cpu, memory = req.get("cpu"), req.get("memory")
-    return (gpus, sum(gpus.values()) if gpus else 0, sliced, lim.get("cpu", 0.0) if cpu is None else cpu,
-            lim.get("memory", 0.0) if memory is None else memory)
 
 
 def _cluster_scope(snapshot: Snapshot, live_by_instance: dict[str, RayNodeView]) -> frozenset[str] | None:

@@ -110,7 +110,7 @@ def check_gpu_count(ix: SnapshotIndex) -> list[Finding]:
 
 def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list[Finding]:
     gpu_map = ix.pod_gpus(pod)
-    given = ix.pod_gpu_units(pod)  # sum(gpu_map.values()), once per pod
+    given = ix.pod_gpu_units(pod)  # sum(gpu_map.values()) + its claims' GPU devices, once per pod
     ray = rn.gpu_total
     slice_why = _slice_counted_whole(ix, pod, rn) if ray > 0 else None
     if abs(ray - given) <= EPS and slice_why is None:
@@ -125,6 +125,13 @@ def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list
         else f"no num-gpus: KubeRay derives {fmt(ray_gpu_count_from_limits(pod.limits))} from the limits"
     )
     limits = ", ".join(f"{k}={fmt(v)}" for k, v in sorted(gpu_map.items())) or "no GPU limit"
+    claimed = ix.pod_claim_gpus(pod)
+    claim_facts: tuple[str, ...] = ()
+    if claimed is not None:  # GPUs of its ResourceClaims (DRA): given to it, but KubeRay derives nothing from them
+        limits = f"{limits}; {claimed.describe()}"
+        claim_facts = claimed.facts()
+        if pod.ray_start_num_gpus is None:
+            claim_facts += ("KubeRay derives num-gpus from container limits only, not from ResourceClaims",)
     out: list[Finding] = []
     if ray > given + EPS:
         out.append(
@@ -135,15 +142,19 @@ def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list
                 subject=subject,
                 node=pod.node_name,
                 message=f"Ray counts {fmt(ray)} GPUs on {pod.name} but the pod was given {fmt(given)} ({limits})",
-                evidence=evidence.model_copy(update={"facts": (param, f"Ray node {rn.node_id}")}),
+                evidence=evidence.model_copy(update={"facts": (param, f"Ray node {rn.node_id}", *claim_facts)}),
                 remedy=(
-                    f"Set rayStartParams num-gpus of group {group} to {fmt(given)} or remove it so KubeRay uses the "
-                    "container limits; tasks placed on the extra GPUs fail with CUDA 'no device'."
+                    (f"Set rayStartParams num-gpus of group {group} to {fmt(given)} (the GPUs of its limits and "
+                     "ResourceClaims; KubeRay derives none from claims), or give the claim more GPU devices"
+                     if claimed is not None else
+                     f"Set rayStartParams num-gpus of group {group} to {fmt(given)} or remove it so KubeRay uses the "
+                     "container limits")
+                    + "; tasks placed on the extra GPUs fail with CUDA 'no device'."
                 ),
             )
         )
     elif given > ray + EPS:
-        facts = [param, f"Ray node {rn.node_id}"]
+        facts = [param, f"Ray node {rn.node_id}", *claim_facts]
         if GpuKind.SHARE in pod_gpu_kinds(pod):
             facts.append("KubeRay does not count nvidia.com/gpu.shared (the name does not end in 'gpu')")
         out.append(
@@ -156,8 +167,9 @@ def _count_findings(ix: SnapshotIndex, pod: K8sPodView, rn: RayNodeView) -> list
                 message=f"pod {pod.name} holds {fmt(given)} GPU units ({limits}) but Ray schedules only {fmt(ray)}",
                 evidence=evidence.model_copy(update={"facts": tuple(facts)}),
                 remedy=(
-                    f"Set rayStartParams num-gpus of group {group} to {fmt(given)} (or lower the pod's GPU limit to "
-                    f"{fmt(ray)}): Kubernetes holds these GPUs for a pod Ray never uses them on."
+                    f"Set rayStartParams num-gpus of group {group} to {fmt(given)} (or lower the pod's GPU "
+                    f"{'limit and claims' if claimed is not None else 'limit'} to {fmt(ray)}): Kubernetes holds "
+                    "these GPUs for a pod Ray never uses them on."
                 ),
             )
         )

@@ -137,3 +137,32 @@ def fmt(x: float | None) -> str:
     if x is None:
         return "-"
     return str(int(x)) if abs(x - round(x)) < EPS else f"{x:g}"
+
+
+def pod_facts(req: dict[str, float], lim: dict[str, float],
+              names_memo: dict[tuple[str, ...], tuple[tuple[str, ...], bool]]) -> tuple:
+    """(GPU map or None, its units, some GPU of it a slice or share, CPU, memory) of a pod's requests and limits.
+
+    The GPU map is ``pod_gpu_map``'s: the limits' non-zero GPU entries, then the larger of each in the
+    requests; CPU and memory are the requests', a missing request counting its limit (as in Kubernetes).
+    ``names_memo``: a map's resource names -> (its GPU names, one of them a slice or share), filled here.
+    """
+    names = tuple(lim)
+    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
+    gpus = {name: value for name in got[0] if (value := lim[name])} if got[0] else None
+    sliced = got[1]
+    names = tuple(req)
+    got = names_memo.get(names) or names_memo.setdefault(names, gpu_names(names))
+    if got[0]:
+        sliced = sliced or got[1]
+        gpus = {} if gpus is None else gpus
+        for name in got[0]:
+            if value := req[name]:
+                gpus[name] = max(gpus.get(name, 0.0), value)
+    if not gpus:
+        gpus, sliced = None, False
+    elif sliced:  # some GPU name of the maps is a slice or share: is one in the map (not 0)?
+        sliced = any(shape_of(resource).kind is not GpuKind.WHOLE for resource in gpus)
+    cpu, memory = req.get("cpu"), req.get("memory")
+    return (gpus, sum(gpus.values()) if gpus else 0, sliced, lim.get("cpu", 0.0) if cpu is None else cpu,
+            lim.get("memory", 0.0) if memory is None else memory)

@@ -49,10 +49,12 @@ def gpu_slice(node: str, gpus: int = 8, *, pool: str | None = None, driver: str 
 
 
 def claim(name: str, node: str, *devices: int, pods: tuple[str, ...] = (), namespace: str = "default",
-          pool: str | None = None) -> ResourceClaimView:
-    """A claim allocated ``gpu-<i>`` of ``node``'s pool, reserved for ``pods``."""
-    return ResourceClaimView(name=name, namespace=namespace, reserved_for_pods=pods, allocated=tuple(
-        DraAllocatedDevice(request="gpu", driver=DRIVER, pool=pool or node, device=f"gpu-{i}") for i in devices))
+          pool: str | None = None, driver: str = DRIVER, extended: bool = False) -> ResourceClaimView:
+    """A claim allocated ``gpu-<i>`` of ``node``'s pool, reserved for ``pods``; ``extended``: made by the
+    scheduler for an ``nvidia.com/gpu`` request served by DRA (KEP-5004)."""
+    return ResourceClaimView(name=name, namespace=namespace, reserved_for_pods=pods, extended_resource=extended,
+                             allocated=tuple(DraAllocatedDevice(request="gpu", driver=driver, pool=pool or node,
+                                                                device=f"gpu-{i}") for i in devices))
 
 
 def health(resource_id: str, state: str = "Unhealthy", *, resource: str = "claim:gpu/gpu",
