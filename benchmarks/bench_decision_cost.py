@@ -12,13 +12,17 @@ wall time, less so CPU time). The garbage of the previous run is collected
 before each run; collections during a run are timed.
 
 1. **raygpu's cycle** (no Ray counterpart for reconcile and plan_gang, so
-   reported alone): ``reconcile(snapshot, now)``; ``plan_reclaim`` with N/10
+   reported alone), as one cycle runs it: ``index_snapshot`` once, then
+   ``reconcile(snapshot, now, index=ix)``; ``plan_reclaim(..., index=ix)`` with N/10
    pending placement groups of 2 x ``{"GPU": 4, "CPU": 8}`` (PACK, SPREAD and
    STRICT_SPREAD in turn) with label selectors (``zone: a`` or
    ``zone: in(a,b)``); ``plan_gang`` for N/10 requests of 4 x ``{"GPU": 1}``
-   on a 1/4/8-GPU cluster (``gang_templates`` once per cycle). The total is
-   their sum; a least-squares line and a log-log fit over the sizes give its
-   growth (ms per 1,000 nodes, and the exponent: 1.0 is linear).
+   on a 1/4/8-GPU cluster (``gang_templates`` once per cycle). Each part is
+   timed alone and the cycle as a whole (its total); a least-squares line and a
+   log-log fit over the sizes give its growth (ms per 1,000 nodes, and the
+   exponent: 1.0 is linear). The planners pause Python's cyclic garbage
+   collector while they run (``raygpu.plan.collector``); the column "GC on"
+   times the same cycle with the collector running, as before that change.
 2. **Like for like**: ``plan_reclaim`` and Ray's
    ``ResourceDemandScheduler.schedule`` (ray 2.60, autoscaler v2) on the same
    state, built from the same snapshot (one ``AutoscalerInstance`` per Ray
@@ -32,7 +36,8 @@ before each run; collections during a run are timed.
    * ``worst``: N/10 pending ``{"GPU": 4, "CPU": 8}``, which fit exactly on idle workers
      (Ray's worst case: requests x nodes, with deep copies; raygpu keeps the workers they need).
 
-   Ray runs a size only while its predicted time (from the previous sizes'
+   Ray's ``schedule`` runs with the garbage collector paused, as raygpu's
+   planners do. Ray runs a size only while its predicted time (from the previous sizes'
    growth) fits ``--ray-budget-s`` per run; the note says where it stopped.
 
     python -m benchmarks.bench_decision_cost                      # 500 .. 10,000 nodes
@@ -56,8 +61,10 @@ from raygpu.model.gang import GangRequest
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.model.views import PgState, PlacementGroupView, Snapshot
+from raygpu.plan.collector import collector_paused
 from raygpu.plan.doctor.reconcile import reconcile
 from raygpu.plan.gang import gang_templates, plan_gang
+from raygpu.plan.index import index_snapshot
 from raygpu.plan.reclaim import plan_reclaim
 from raygpu.testing.builders import cluster_view
 
@@ -146,6 +153,20 @@ def ray_request(snap: Snapshot, n: int, state: str):
         request=ResourceRequest(resources_bundle=DEMAND[state]), count=max(1, n // 10))]
     return SchedulingRequest(disable_launch_config_check=True, node_type_configs=cfg, idle_timeout_s=600.0,
                              resource_requests=reqs, current_instances=inst)
+
+
+def cycle(snap: Snapshot, rc: RayClusterView, policy: ReclaimPolicy, gcl: RayClusterView, reqs: list[GangRequest],
+          unpaused: bool = False) -> None:
+    """One decision cycle on ``snap``: one index, then reconcile, plan_reclaim and plan_gang reading it.
+
+    ``unpaused``: the same calls with the garbage collector running (each planner's undecorated function)."""
+    call = (lambda f: getattr(f, "__wrapped__")) if unpaused else (lambda f: f)
+    ix = call(index_snapshot)(snap)
+    call(reconcile)(snap, NOW_S, index=ix)
+    call(plan_reclaim)(snap, rc, policy, NOW_S, index=ix)
+    templates = gang_templates(gcl)
+    for r in reqs:
+        call(plan_gang)(r, gcl, templates=templates)
 
 
 def measure(fn, runs: int) -> tuple[float, float, object]:
@@ -255,16 +276,23 @@ def main(argv: list[str] | None = None) -> int:
         rc = reclaim_cluster(n)
         snap = with_pending(base, cycle_pgs(n))
         reqs = [GangRequest(name=f"pg-{i}", cluster="rc", bundles=[{"GPU": 1.0}] * 4) for i in range(max(1, n // 10))]
-        rec = measure(lambda: reconcile(snap, NOW_S), args.runs)
-        recl = measure(lambda: plan_reclaim(snap, rc, policy, NOW_S), args.runs)
-        gang = measure(lambda: [plan_gang(r, gcl, templates=t) for t in [gang_templates(gcl)] for r in reqs], args.runs)
+        ix = index_snapshot(snap)
+        parts = {"index": lambda: index_snapshot(snap), "reconcile": lambda: reconcile(snap, NOW_S, index=ix),
+                 "reclaim": lambda: plan_reclaim(snap, rc, policy, NOW_S, index=ix),
+                 "gang": lambda: [plan_gang(r, gcl, templates=t) for t in [gang_templates(gcl)] for r in reqs]}
+        timed = {key: measure(fn, args.runs) for key, fn in parts.items()}
+        del ix
+        total = measure(lambda: cycle(snap, rc, policy, gcl, reqs), args.runs)
+        gc_on = measure(lambda: cycle(snap, rc, policy, gcl, reqs, unpaused=True), args.runs)
+        recl = timed["reclaim"]
         row = {"nodes": n, "ray_nodes": len(snap.ray.nodes), "gpus": 8 * n, "pending_pgs": len(snap.ray.placement_groups),
                "load_avg_1m": load, "reclaim_deletes": len(recl[2].deleted_pods),
                "reclaim_kept_for_pgs": sum(d.reason.value == "NeededByPendingPG" for d in recl[2].decisions)}
-        for key, (cpu, wall, _) in (("reconcile", rec), ("reclaim", recl), ("gang", gang)):
+        for key, (cpu, wall, _) in timed.items():
             row[f"{key}_ms"], row[f"{key}_wall_ms"] = round(cpu * 1e3, 2), round(wall * 1e3, 2)
-        row["raygpu_total_ms"] = round(row["reconcile_ms"] + row["reclaim_ms"] + row["gang_ms"], 2)
-        row["raygpu_total_wall_ms"] = round(row["reconcile_wall_ms"] + row["reclaim_wall_ms"] + row["gang_wall_ms"], 2)
+        row["raygpu_total_ms"], row["raygpu_total_wall_ms"] = round(total[0] * 1e3, 2), round(total[1] * 1e3, 2)
+        row["gc_on_total_ms"], row["gc_on_total_wall_ms"] = round(gc_on[0] * 1e3, 2), round(gc_on[1] * 1e3, 2)
+        row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
         rows.append(row)
         for state in STATES:
             s = with_pending(base, state_pgs(n, state))
@@ -279,8 +307,13 @@ def main(argv: list[str] | None = None) -> int:
                     from ray.autoscaler.v2.scheduler import ResourceDemandScheduler
 
                     req = ray_request(s, n, state)
-                    first = measure(lambda: ResourceDemandScheduler().schedule(req), 1)
-                    more = measure(lambda: ResourceDemandScheduler().schedule(req), args.runs - 1) \
+
+                    def ray_schedule():  # with the collector paused, as raygpu's planners run: like for like
+                        with collector_paused():
+                            return ResourceDemandScheduler().schedule(req)
+
+                    first = measure(ray_schedule, 1)
+                    more = measure(ray_schedule, args.runs - 1) \
                         if args.runs > 1 and first[0] * (args.runs - 1) <= args.ray_budget_s else None
                     rcpu, rwall, reply = (min(first[0], more[0]), min(first[1], more[1]), more[2]) if more else first
                     ray_done[state].append((n, rcpu))
@@ -296,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                     ray_note[state] = f"not run: stopped at a smaller size ({why[len('not run: '):]})"
             comparison.append(c)
     fits = {key: fit([(r["nodes"], r[f"{key}_ms"]) for r in rows])
-            for key in ("reconcile", "reclaim", "gang", "raygpu_total")}
+            for key in ("index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total")}
     plots = []
     if not args.no_plot:
         plots.append(plot(rows, comparison, "decision_cost_quick.png" if args.quick else "decision_cost.png",
@@ -308,11 +341,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"decision cost per cycle: CPU and wall ms, each the min of {args.runs} runs; synthetic states")
     print(machine_line(result["machine"]))
-    print("\n1. raygpu's cycle (N/10 pending PGs with label selectors; N/10 gang requests)")
+    print("\n1. raygpu's cycle (one index; N/10 pending PGs with label selectors; N/10 gang requests), CPU ms;"
+          " total = the cycle timed whole; GC on = the same cycle with the garbage collector running")
     print_table(rows, [("nodes", "nodes", "d"), ("ray_nodes", "ray nodes", "d"), ("gpus", "GPUs", "d"),
-                       ("reconcile_ms", "reconcile", ".1f"), ("reclaim_ms", "reclaim", ".1f"), ("gang_ms", "gang", ".1f"),
-                       ("raygpu_total_ms", "total CPU ms", ".1f"), ("raygpu_total_wall_ms", "total wall ms", ".1f"),
-                       ("load_avg_1m", "load", ".2f")])
+                       ("index_ms", "index", ".1f"), ("reconcile_ms", "reconcile", ".1f"), ("reclaim_ms", "reclaim", ".1f"),
+                       ("gang_ms", "gang", ".1f"), ("raygpu_total_ms", "total CPU ms", ".1f"),
+                       ("raygpu_total_wall_ms", "total wall ms", ".1f"), ("gc_on_total_ms", "GC on CPU ms", ".1f"),
+                       ("load_avg_1m", "load", ".2f"), ("load_avg_1m_after", "load after", ".2f")])
     for key, f in fits.items():
         if f:
             print(f"  {key}: {f['ms_per_1000_nodes']:.1f} ms per 1,000 nodes (least squares), "

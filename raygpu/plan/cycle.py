@@ -12,8 +12,10 @@ from raygpu.model.cycle import CyclePlan, CycleState
 from raygpu.model.views import K8sView, Snapshot
 from raygpu.plan.gc import plan_gc
 from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.collector import pauses_collector
 
 
+@pauses_collector
 def plan_cycle(state: CycleState) -> CyclePlan:
     """Plan garbage collection (``plan_gc``), then the scale-down (``plan_reclaim``), from one state."""
     gc = plan_gc(state.reservations, state.ray, state.now_s, cluster=state.cluster, jobs=state.jobs,

@@ -21,6 +21,7 @@ from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray
                                   template_capacity, template_gpu_shape)
 from raygpu.plan.gang_pack import SMALL as _SMALL, FewPods as _FewPods, FirstFit as _FirstFit
 from raygpu.plan.gang_shapes import ShapeOption, admission_fit, describe_fit, rank_options, shape_options
+from raygpu.plan.collector import pauses_collector
 
 # plan_gang's ``free``: one tuple for every template, per worker group name, or None (not known)
 FreeNow = Union[tuple[NodeFree, ...], Mapping[str, tuple[NodeFree, ...]], None]
@@ -308,6 +309,7 @@ def _choose(request: GangRequest, cands: list[_Candidate], prefix: str, policy: 
     return chosen, need, tuple(assign), reason
 
 
+@pauses_collector
 def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
               free: FreeNow = None, *, templates: GangTemplates | None = None) -> GangPlan:
     """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.

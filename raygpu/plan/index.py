@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from raygpu.model.views import NvmlView, RayNodeView, Snapshot
 from raygpu.plan.doctor.facts import nvml_units_and_mig
+from raygpu.plan.collector import pauses_collector
 
 if TYPE_CHECKING:
     from raygpu.plan.doctor.checks_index import SnapshotIndex
@@ -94,6 +95,7 @@ def join_ray(nodes: tuple[RayNodeView, ...], nvml: dict[str, NvmlView] | None = 
     return RayJoin(live, by_instance, len(by_instance) == count, count, views, units, mig)
 
 
+@pauses_collector
 def index_snapshot(snapshot: Snapshot) -> "SnapshotIndex":
     """The one index of ``snapshot`` for a whole cycle: read it with ``reconcile`` and ``plan_reclaim``."""
     from raygpu.plan.doctor.checks_index import SnapshotIndex  # the doctor's checks live below plan/doctor

@@ -33,6 +33,7 @@ from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeV
 from raygpu.plan.index import RayJoin, join_ray
 from raygpu.plan.occupants import GONE_PHASES, candidate_ranks, count_others, defrag_keys, occupants_of, staying_on_node
 from raygpu.plan.pending import Growth, needed_by_pending_pgs
+from raygpu.plan.collector import pauses_collector
 
 if TYPE_CHECKING:
     from raygpu.plan.doctor.checks_index import SnapshotIndex
@@ -56,6 +57,7 @@ _FIRST_TWO = itemgetter(0, 1)
 _WORKER_NAME = itemgetter(4)  # _Worker.name
 
 
+@pauses_collector
 def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float, *,
                  index: SnapshotIndex | None = None) -> ReclaimPlan:
     """Plan the scale-down of ``cluster``'s idle workers as of ``now_s``.

@@ -63,10 +63,11 @@ def test_decision_cost_quick() -> None:
     rows = result["rows"]
     assert [r["nodes"] for r in rows] == [50, 100]
     for r in rows:
-        for key in ("reconcile_ms", "reclaim_ms", "gang_ms", "raygpu_total_ms", "raygpu_total_wall_ms"):
+        for key in ("index_ms", "reconcile_ms", "reclaim_ms", "gang_ms", "raygpu_total_ms", "raygpu_total_wall_ms",
+                    "gc_on_total_ms"):
             assert r[key] > 0, key
         assert r["reclaim_deletes"] > 0  # the idle workers were found
-    assert set(result["fits"]) == {"reconcile", "reclaim", "gang", "raygpu_total"}
+    assert set(result["fits"]) == {"index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total"}
     assert [(c["nodes"], c["state"]) for c in result["comparison"]] == [
         (n, s) for n in (50, 100) for s in ("none", "scale-up", "worst")]
     for c in result["comparison"]:

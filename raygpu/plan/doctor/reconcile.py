@@ -26,6 +26,7 @@ from raygpu.model.views import Snapshot
 from raygpu.plan.doctor import checks_dra, checks_node, checks_ray
 from raygpu.plan.doctor.checks_index import SnapshotIndex
 from raygpu.plan.doctor.stranded import stranded_gpus
+from raygpu.plan.collector import pauses_collector
 
 DEFAULT_ORPHAN_GRACE_S = 120.0
 
@@ -61,6 +62,7 @@ def checks(now_s: float, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> tupl
     )
 
 
+@pauses_collector
 def reconcile(
     snapshot: Snapshot,
     now_s: float,
