@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from raygpu.errors import PermanentError
-from raygpu.gang.backends.topology import add_pod_affinity
+from raygpu.gang.backends.topology import add_pack_affinity, add_pod_affinity
 from raygpu.model.gang import Backend, GangPlan, GangRequest
 from raygpu.model.labels import (ANNOTATION_PLAN_REASON, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION,
                                  LABEL_SCHEDULING_GROUP, dns_label)
@@ -103,6 +103,7 @@ class GangBackend(ABC):
         }
         self.wire_pods(template, plan, request)
         self.wire_topology(template, plan)
+        add_pack_affinity(template, plan)
         return spec
 
     @abstractmethod

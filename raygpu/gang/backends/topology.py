@@ -12,6 +12,10 @@ kube-scheduler lets the first pod of such a group go anywhere (a pod that matche
 term, with no matching pod yet, passes), and every later pod follows it. A required constraint is so
 never broken; what it cannot do is choose the domain for the whole gang at once: when the first pod's
 domain lacks room for the rest, the gang waits and is rolled back at its timeout (docs/decisions.md).
+``PACK`` over several pods (``add_pack_affinity``): each pod *prefers* a node that already runs one of the
+reservation's pods (``topologyKey: kubernetes.io/hostname``), so the pods of a split gang land together
+where there is room, as Ray's PACK packs bundles onto as few nodes as it can, and still bind to separate
+fragments where there is not (issue 11 item 1, docs/gang.md "Pod shapes").
 Pure dict building: no I/O.
 """
 
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raygpu.model.gang import GangPlan
+from raygpu.model.gang import GangPlan, Strategy
 from raygpu.model.labels import LABEL_RESERVATION
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -27,6 +31,7 @@ KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 KUEUE_TOPOLOGY_ANNOTATIONS = (KUEUE_REQUIRED, KUEUE_PREFERRED, KUEUE_UNCONSTRAINED)
 PREFERRED_WEIGHT = 100  # the most a preferred affinity term weighs
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def affinity_term(plan: GangPlan) -> dict[str, Any]:
@@ -48,6 +53,18 @@ def add_pod_affinity(template: dict[str, Any], plan: GangPlan) -> None:
     else:
         affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
             {"weight": PREFERRED_WEIGHT, "podAffinityTerm": affinity_term(plan)})
+
+
+def add_pack_affinity(template: dict[str, Any], plan: GangPlan) -> None:
+    """PACK on more than one pod: a preferred pod affinity (weight 100, one Kubernetes node) to the
+    reservation's own pods, appended to the template's own terms (mutated in place). Nothing for one pod,
+    for SPREAD/STRICT_SPREAD (they spread on purpose) and STRICT_PACK (always one pod)."""
+    if plan.strategy is not Strategy.PACK or plan.pod_count < 2:
+        return
+    affinity = template.setdefault("spec", {}).setdefault("affinity", {}).setdefault("podAffinity", {})
+    affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+        {"weight": PREFERRED_WEIGHT, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {LABEL_RESERVATION: plan.reservation_group}}, "topologyKey": HOSTNAME}})
 
 
 def kueue_annotations(template: dict[str, Any], plan: GangPlan) -> None:
