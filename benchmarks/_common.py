@@ -30,8 +30,9 @@ def machine() -> dict[str, object]:
 def traces_dir(root: Path = ROOT) -> Path:
     """The one place the benchmarks (and their smoke tests) find the Alibaba traces: $RAYGPU_TRACES, else
     ``../shared/traces`` next to this checkout, else next to the repository it was cloned from (a CI clone in a
-    temporary directory), else the cache ``python -m benchmarks.fetch_traces`` fills ($RAYGPU_CACHE/traces,
-    default ~/.cache/raygpu/traces), else the first (benchmarks then skip, saying so). ``root``: the checkout."""
+    temporary directory), else next to the repository a ``git worktree`` of it belongs to, else the cache
+    ``python -m benchmarks.fetch_traces`` fills ($RAYGPU_CACHE/traces, default ~/.cache/raygpu/traces), else the
+    first (benchmarks then skip, saying so). ``root``: the checkout."""
     if os.environ.get("RAYGPU_TRACES"):
         return Path(os.environ["RAYGPU_TRACES"])
     candidates = [root.parent / "shared" / "traces"]
@@ -41,6 +42,11 @@ def traces_dir(root: Path = ROOT) -> Path:
                                 capture_output=True, text=True, timeout=5).stdout.strip()
         if origin and "://" not in origin and Path(origin).is_dir():
             candidates.append(Path(origin).resolve().parent / "shared" / "traces")
+        # a worktree's git-common-dir is the main repository's .git: <main>/.git -> <main>/../shared/traces
+        common = subprocess.run(["git", "-C", str(root), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+        if common and Path(common).name == ".git":
+            candidates.append(Path(common).parent.parent / "shared" / "traces")
     except (OSError, subprocess.SubprocessError):
         pass
     from benchmarks.fetch_traces import default_cache

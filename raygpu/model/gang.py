@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from enum import Enum
 from typing import Any, Mapping
 
@@ -23,12 +22,12 @@ from pydantic import Field, field_validator, model_validator
 
 from raygpu.errors import PermanentError
 from raygpu.model.base import Frozen
+from raygpu.model.labels import LABEL_VALUE
 from raygpu.model.shapes import GpuShape
 from raygpu.model.topology import Topology
 
 
 MAX_TIMEOUT_S = 2**31 - 1  # Kubernetes int32 seconds (PodGroup scheduleTimeoutSeconds)
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class Strategy(str, Enum):
@@ -192,7 +191,7 @@ class GangRequest(Frozen):
         """None or "" (use raygpu.io/queue), or a queue name that can be a label value (Kueue puts it in one)."""
         if value is None or value == "":
             return value
-        if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+        if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
             raise PermanentError(f"queue must be a queue name (a label value: <= 63 of [A-Za-z0-9-_.], alphanumeric "
                                  f"at both ends), got {_shown(value)}")
         return value

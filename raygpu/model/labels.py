@@ -92,6 +92,11 @@ LABEL_TESTBED_SHAPE = "raygpu.io/testbed-shape"  # on kwok nodes: the catalog sh
 ANNOTATION_TESTBED_RAY = "raygpu.io/testbed-ray"  # on pods: "stopped" | "keep" (see raygpu.testing.bridge)
 
 
+# A Kubernetes label value, and the name part of a label key: <= 63 of [A-Za-z0-9-_.], alphanumeric at both
+# ends (the empty value, valid for a label, is left to callers). Use with ``fullmatch``.
+LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
 def dns_label(text: str, prefix: str = "") -> str:
     """``prefix + text`` as a DNS label (<= 63 chars, [a-z0-9-]); deterministic.
 

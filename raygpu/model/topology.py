@@ -24,13 +24,13 @@ from typing import Any, Mapping
 
 from raygpu.errors import PermanentError
 from raygpu.model.base import Frozen
+from raygpu.model.labels import LABEL_VALUE
 
 NODE_ID_KEY = "ray.io/node-id"  # Ray's NODE_ID_LABEL_KEY: the node-level strategy, same as strategy=
 # Ray node labels whose Kubernetes node label is known (Ray reads them from env vars the pod spec sets)
 RAY_TO_NODE_LABEL = {"ray.io/availability-zone": "topology.kubernetes.io/zone",
                      "ray.io/availability-region": "topology.kubernetes.io/region"}
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -57,7 +57,7 @@ def check_label_key(key: Any) -> str:
     if not isinstance(key, str) or not key:
         raise PermanentError(f"a topology key must be a node label key (a non-empty string), got {key!r}")
     prefix, _, name = key.rpartition("/")
-    if not _NAME.fullmatch(name) or (prefix and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix))) or \
+    if not LABEL_VALUE.fullmatch(name) or (prefix and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix))) or \
             key.startswith("/"):
         raise PermanentError(f"topology key {key!r} is not a Kubernetes label key ([DNS subdomain/]name, the name "
                              "<= 63 of [A-Za-z0-9-_.], alphanumeric at both ends)")

@@ -34,20 +34,21 @@ def _dry_run_apply(kube, obj: dict, ns: str) -> None:
 def test_every_shipped_manifest_applies_with_server_side_dry_run(testbed, ns, kube):
     kubectl = components.ensure_built(progress=lambda _m: None).kubectl
     files, kustomizations = m.shipped_manifests()
-    sources: list[tuple[str, list[dict]]] = [(str(f), load_yaml_docs(m.REPO / f)) for f in files]
+    # (where, its objects, the Kubernetes minor its tree needs or None): needs_kubernetes once per source
+    sources: list[tuple[str, list[dict], str | None]] = [(str(f), load_yaml_docs(m.REPO / f), m.needs_kubernetes(f))
+                                                         for f in files]
     for k in kustomizations:
         out = subprocess.run([str(kubectl), "kustomize", str(m.REPO / k)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, f"kubectl kustomize {k}: {out.stderr}"
-        sources.append((f"{k}/ (kustomize)", load_yaml_docs(out.stdout)))
+        sources.append((f"{k}/ (kustomize)", load_yaml_docs(out.stdout), m.needs_kubernetes(k)))
     # the walk found what the repository ships (a moved or renamed tree would otherwise pass empty)
     assert {"deploy/sidecar", "deploy/driver", "deploy/sidecar-policy"} <= {str(k) for k in kustomizations}
     assert "deploy/guard/priorityclasses.yaml" in {str(f) for f in files}
     assert not [f for f in files if str(f).startswith("deploy/helm/")]
 
     failures, applied, kinds, not_served = [], 0, set(), []
-    for where, docs in sources:
+    for where, docs, need in sources:
         assert docs, f"{where}: no object in it"
-        need = m.needs_kubernetes(where.split("/ (kustomize)")[0])
         for i, obj in enumerate(docs):
             what = f"{where} document {i}: {obj.get('kind')} {(obj.get('metadata') or {}).get('name')}"
             try:
@@ -65,7 +66,7 @@ def test_every_shipped_manifest_applies_with_server_side_dry_run(testbed, ns, ku
                 failures.append(f"{what}: {type(e).__name__}: {getattr(e, 'body', None) or e}")
     assert not failures, "\n".join(failures)
     # on an older control plane exactly the trees that need a newer one were not served, and said so
-    needing = [w for w, _ in sources if m.needs_kubernetes(w.split("/ (kustomize)")[0])]
+    needing = [where for where, _, need in sources if need]
     if all(m.minor_at_least(testbed.kubernetes, v) for v in m.NEEDS_KUBERNETES.values()):
         assert not not_served, not_served
     else:

@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 
 import pytest
+import ray
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.adapters.nvml_collect import collect_nvml
@@ -23,7 +24,6 @@ from raygpu.model.views import PgState
 from raygpu.doctor.snapshot import take_snapshot
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
-ray = pytest.importorskip("ray")
 SELECTOR = {"raygpu.io/reservation": "r1"}
 
 

@@ -5,6 +5,7 @@ a download does not match (issue 16 item 7). No network: a fake opener serves th
 from __future__ import annotations
 
 import io
+import subprocess
 import urllib.error
 from pathlib import Path
 
@@ -110,6 +111,21 @@ def test_benchmarks_use_the_cache_when_no_shared_traces_are_next_to_the_checkout
     assert traces_dir(checkout) == checkout.parent / "shared" / "traces"  # the shared copy wins
     monkeypatch.setenv("RAYGPU_TRACES", str(tmp_path / "elsewhere"))
     assert traces_dir(checkout) == tmp_path / "elsewhere"
+
+
+def test_a_git_worktree_finds_the_traces_next_to_its_main_repository(monkeypatch, tmp_path):
+    """/work/main and its worktree /work/wt/x: ../shared/traces of the main repository (else the smoke tests
+    of every worktree skip, the traces being right there)."""
+    main, wt = tmp_path / "main", tmp_path / "wt" / "x"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(main)]
+    main.mkdir()
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "x"], ["worktree", "add", "-q", str(wt)]):
+        subprocess.run(git + args, check=True, capture_output=True, timeout=30)
+    monkeypatch.delenv("RAYGPU_TRACES", raising=False)
+    monkeypatch.setenv("RAYGPU_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "shared" / "traces").mkdir(parents=True)
+    assert traces_dir(wt) == tmp_path / "shared" / "traces"
+    assert traces_dir(main) == tmp_path / "shared" / "traces"
 
 
 def test_the_cli_help_runs():

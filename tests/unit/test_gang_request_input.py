@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from raygpu.testing.builders.clusters import cluster, gang
 
@@ -41,7 +42,6 @@ def test_odd_input_is_a_permanent_error_naming_the_field(kwargs, words):
 
 
 def test_numpy_numbers_are_the_numbers_they_are():
-    np = pytest.importorskip("numpy")
     req = request(bundles=[{"GPU": np.int64(2), "CPU": np.float32(0.5)}, {"GPU": np.uint8(1)}],
                   timeout_s=np.int32(60))
     assert [b.resources for b in req.bundles] == [{"GPU": 2.0, "CPU": 0.5}, {"GPU": 1.0}]
