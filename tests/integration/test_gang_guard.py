@@ -11,6 +11,7 @@ the release the scope's Lease is free.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -30,8 +31,11 @@ from tests.integration.gang_helpers import nothing_left
 from tests.integration.util import pods, ray_address, wait_for
 
 GPU_NODES, GPUS = 4, 8
-WINDOW_S, MAX_HOLD_S = 60, 90
-LIFE_S = (2.0, 6.0)
+# CI's scale; RAYGPU_GUARD_WINDOW_S, RAYGPU_GUARD_MAX_HOLD_S and RAYGPU_GUARD_LIFE_S ("30,180") run it at the
+# issue's (docs/guard.md, "Testbed status": a 10-minute window, 15-minute max-hold)
+WINDOW_S = int(os.environ.get("RAYGPU_GUARD_WINDOW_S", "60"))
+MAX_HOLD_S = int(os.environ.get("RAYGPU_GUARD_MAX_HOLD_S", "90"))
+LIFE_S = tuple(float(x) for x in os.environ.get("RAYGPU_GUARD_LIFE_S", "2,6").split(","))
 BACKLOG = 4  # tenant pods pending at any time, so that every freed GPU is taken at once
 TENANT = "tenant"
 ROOT = Path(__file__).resolve().parents[2]
