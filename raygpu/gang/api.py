@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError
 from raygpu.gang.aio import AsyncFace, gang_placement_group_async, placement_group_async  # noqa: F401 - the async face
+from raygpu.gang.backfill import Backfill
 from raygpu.gang.guard import Guard
 from raygpu.gang.ray_calls import RayCalls
 from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
@@ -66,6 +67,7 @@ class GangPlacementGroup(Watchdog, AsyncFace):
         self._deadline = clock() + reservation.request.timeout_s
         self._last_beat_s = float("-inf")
         self.guard = Guard.of(reservation, clock, progress)  # the starvation guard (gang/guard.py), or None
+        self.backfill = Backfill.of(reservation, clock, progress)  # an unguarded hinted gang (gang/backfill.py)
         self._thread = threading.Thread(target=self._watch, name=f"raygpu-{reservation.plan.gang_name}", daemon=True)
         if start_watchdog:
             self._thread.start()
@@ -216,7 +218,9 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     (coscheduling|kueue|volcano|workload|none) and ``queue`` default to the cluster's ``raygpu.io/gang-backend`` /
     ``raygpu.io/queue`` annotations. Returns once the gang is reserved; ``ray.get(pg.ready())`` (or
     ``pg.wait()``) waits for the pods, their Ray nodes and the placement group on them.
-    ``guard`` (default: annotation ``raygpu.io/guard``, off): docs/guard.md. ``expected_runtime_s`` (> 0): recorded.
+    ``guard`` (default: annotation ``raygpu.io/guard``, off): docs/guard.md. ``expected_runtime_s`` (seconds > 0,
+    finite): how long the job will hold the placement group; on its pods, it tells a guard's hold when they
+    end, and lets an unguarded gang backfill onto nodes a guard holds when it ends before the hold starts.
     ``strategy`` or Ray's ``topology_strategy`` (e.g. ``{"topology.kubernetes.io/zone": "STRICT_PACK"}``): docs/gang.md.
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime

@@ -1,7 +1,7 @@
 """The watchdog of a gang placement group: one thread that follows its reservation until ready or released.
 
 Each step (every ``WATCH_EVERY_S``, backing off to ``WATCH_BACKOFF_MAX_S`` after failed writes) observes
-the reserved pods, runs the starvation guard's step (gang/guard.py), creates the Ray placement group once
+the reserved pods, runs the starvation guard's step (gang/guard.py) or the backfill's (gang/backfill.py), creates the Ray placement group once
 the reserved Ray nodes joined, records its id, marks the reservation ready, heartbeats the state ConfigMap,
 and rolls back past the deadline. Split out of gang/api.py (the handle and its release), unchanged.
 """
@@ -105,6 +105,8 @@ class Watchdog:
                 self._progress(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
         if self.guard is not None and not self.guard.done:
             ok &= self._attempt("guard step", lambda: self.guard.step(rsv.state))
+        if self.backfill is not None and not self.backfill.done:
+            ok &= self._attempt("backfill step", lambda: self.backfill.step(rsv.state))
         if rsv.state == ReservationState.BOUND and self.placement_group is None:
             ok &= self._attempt("creating the placement group", lambda: self._reserved_ray_nodes()
                                 >= rsv.plan.pod_count and self._create_ray_pg())

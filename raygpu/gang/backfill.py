@@ -1,0 +1,80 @@
+"""Backfill: an unguarded gang with a runtime hint runs on nodes the guard holds when it ends first.
+
+Run by the driver's watchdog (gang/watchdog.py) for a reservation that is *not* guarded and has
+``expected_runtime_s``, while it is ``reserved`` (its pods not all bound). Each step (at most every
+``GUARD_EVERY_S``): read the scope's Lease; if another gang holds it and has published its hold's
+estimated start (``raygpu.io/guard-estimated-start``, gang/guard.py), decide (plan.backfill.decide_backfill:
+``now + expected_runtime_s + BACKFILL_MARGIN_S <= start``) and put the pass
+``raygpu.io/guard-pass=<holder>`` on this reservation's own pending pods, or take it off when it no longer
+holds. The holder's blockers let a pod with the pass in (docs/guard.md). Only this reservation's own pods
+(``raygpu.io/reservation=<group>``, not yet bound) are ever labelled, each patch under the pod's
+resourceVersion; nobody else's pod is touched. A guarded gang waiting in line does not backfill: it is
+gated so that the guard can place it whole, which a backfill could not.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.errors import ConflictError
+from raygpu.gang.guard import GUARD_EVERY_S, LEASE
+from raygpu.model.gang import GangPlan, ReservationState
+from raygpu.model.guard import LeaseView
+from raygpu.model.labels import LABEL_GUARD_PASS, LABEL_RESERVATION, dns_label
+from raygpu.plan.backfill import decide_backfill
+
+
+class Backfill:
+    """The backfill of one reservation. ``clock``: the driver's monotonic seconds (the step's pace);
+    ``wall``: its unix seconds, compared with the estimated start (the margin bounds the skew)."""
+
+    def __init__(self, kube: KubeAdapter, plan: GangPlan, lease_name: str, expected_runtime_s: float, *,
+                 clock: Callable[[], float], wall: Callable[[], float] = time.time,
+                 progress: Callable[[str], None] = lambda m: None) -> None:
+        self.kube, self.plan, self.lease_name = kube, plan, lease_name
+        self.expected_runtime_s, self.clock, self.wall, self.progress = expected_runtime_s, clock, wall, progress
+        self.done = False
+        self.reason = ""  # the last decision's, said once when it changes
+        self._last_step = float("-inf")
+
+    @classmethod
+    def of(cls, rsv: Any, clock: Callable[[], float], progress: Callable[[str], None],
+           wall: Callable[[], float] = time.time) -> "Backfill | None":
+        """The backfill of reservation ``rsv``; None when it is guarded or has no runtime hint."""
+        hint = rsv.request.expected_runtime_s
+        if rsv.guard is not None or hint is None or not rsv.scope_lease:
+            return None
+        return cls(rsv.kube, rsv.plan, rsv.scope_lease, hint, clock=clock, wall=wall, progress=progress)
+
+    def step(self, state: ReservationState) -> None:
+        """One step (a no-op sooner than ``GUARD_EVERY_S`` after the last). Past ``reserved`` it ends: the
+        pods are bound, a pass left on them lets nothing else in. Raises RayGpuError when a read or write
+        failed (the watchdog retries next step)."""
+        now = self.clock()
+        if self.done or now - self._last_step < GUARD_EVERY_S:
+            return
+        self._last_step = now
+        if state != ReservationState.RESERVED:
+            self.done = True
+            return
+        raw = self.kube.get(*LEASE, self.lease_name, self.plan.namespace)
+        lease = LeaseView.from_k8s(raw) if raw else None
+        d = decide_backfill(self.plan.gang_name, lease.holder if lease else "",
+                            lease.estimated_start_s if lease else None, self.expected_runtime_s, self.wall())
+        if d.reason != self.reason:
+            self.reason = d.reason
+            self.progress(f"backfill: {'pass for ' + d.pass_for if d.pass_for else 'no pass'}: {d.reason}")
+        want = dns_label(d.pass_for) if d.pass_for else None
+        for p in self.kube.list("v1", "Pod", self.plan.namespace, f"{LABEL_RESERVATION}={self.plan.reservation_group}"):
+            md = p["metadata"]
+            if (p.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
+                continue  # bound or going: its label no longer matters
+            if (md.get("labels") or {}).get(LABEL_GUARD_PASS) == want:
+                continue
+            try:
+                self.kube.merge_patch("v1", "Pod", md["name"], self.plan.namespace, {"metadata": {
+                    "resourceVersion": md.get("resourceVersion"), "labels": {LABEL_GUARD_PASS: want}}})
+            except ConflictError:
+                pass  # changed since read (bound, or the holder revoked the pass): looked at again next step
