@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.errors import ConflictError
+from raygpu.errors import ConflictError, ForbiddenError
 from raygpu.gang.guard import GUARD_EVERY_S, LEASE
 from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.guard import LeaseView
@@ -59,6 +59,14 @@ class Backfill:
         if state != ReservationState.RESERVED:
             self.done = True
             return
+        try:
+            self._step()
+        except ForbiddenError as e:  # the base driver Role has neither: backfill is off, the gang waits as before
+            self.done = True
+            self.progress(f"backfill: off, the driver may not read the scope's Lease or label its pods ({e}); "
+                          "docs/permissions.md")
+
+    def _step(self) -> None:
         raw = self.kube.get(*LEASE, self.lease_name, self.plan.namespace)
         lease = LeaseView.from_k8s(raw) if raw else None
         d = decide_backfill(self.plan.gang_name, lease.holder if lease else "",

@@ -168,3 +168,12 @@ def test_freeing_the_lease_clears_the_estimated_start():
     lease = w.lease()
     assert "holderIdentity" not in lease["spec"]
     assert not (lease["metadata"].get("annotations") or {}).get(ANNOTATION_GUARD_START)
+
+
+def test_without_the_rbac_for_it_backfill_turns_itself_off_and_never_slows_the_watchdog():
+    from raygpu.errors import ForbiddenError
+    w, wall = hinted_world()
+    bf, pod = backfiller(w, wall, "norbac", hint=1)
+    w.kube.fail("get", ForbiddenError("403"), when=lambda *a: a[1] == "Lease")
+    bf.step(S.RESERVED)  # no exception for the watchdog to count as a failed step
+    assert bf.done and "off" in w.said[-1] and pass_of(w, pod) is None
