@@ -165,8 +165,8 @@ class Guard:
             return
         for u in step.to_create:
             self._create_blocker(u)
-        self._publish(estimated_start_s(need_at, {n.name: n.allocatable for n in alloc},
-                                        _by_node(pods), self.wall()))
+        wall = self.wall()
+        self._publish(estimated_start_s(need_at, {n.name: n.allocatable for n in alloc}, _by_node(pods), wall), wall)
         if step.swap and not self.swapping and self._revoke_passes():
             return  # backfill pods still pending with our pass: without it they cannot race the gang; swap next step
         if step.swap or self.swapping:  # a swap cut short by a failed patch: the pods it let in now use the room
@@ -315,12 +315,13 @@ class Guard:
                 "spec": {"holderIdentity": None}})
         self.published = None
 
-    def _publish(self, start_s: float | None) -> None:
+    def _publish(self, start_s: float | None, now_s: float) -> None:
         """Write the hold's estimated start (whole unix seconds; "" when unknown) on the Lease when it changed,
         by a merge patch carrying the resourceVersion just read: a 409 is left for the next step to re-read,
-        never overwritten. Only while we hold the Lease."""
+        never overwritten. Only while we hold the Lease. A start already due that stays due (it is "now"
+        while an overrun lasts) is not rewritten every step."""
         value = "" if start_s is None else f"{start_s:.0f}"
-        if value == self.published:
+        if value == self.published or (value and self.published and max(float(value), float(self.published)) <= now_s):
             return
         lease = self._read_lease()
         if lease is None or lease.holder != self.me:

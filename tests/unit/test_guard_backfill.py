@@ -177,3 +177,14 @@ def test_without_the_rbac_for_it_backfill_turns_itself_off_and_never_slows_the_w
     w.kube.fail("get", ForbiddenError("403"), when=lambda *a: a[1] == "Lease")
     bf.step(S.RESERVED)  # no exception for the watchdog to count as a failed step
     assert bf.done and "off" in w.said[-1] and pass_of(w, pod) is None
+
+
+def test_a_start_already_due_is_not_rewritten_every_step():
+    w, wall = hinted_world(t3_ads=90)  # t3 overran its deadline by 10 s (a kubelet late to end it): due now
+    w.step()
+    assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_START] == f"{WALL:.0f}"
+    writes = sum(1 for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Lease")
+    for _ in range(3):
+        wall.now_s += 2
+        w.step()
+    assert sum(1 for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Lease") == writes
