@@ -6,7 +6,9 @@ Run by the driver's watchdog (gang/watchdog.py) for a reservation that is *not* 
 estimated start (``raygpu.io/guard-estimated-start``, gang/guard.py), decide (plan.backfill.decide_backfill:
 ``now + expected_runtime_s + BACKFILL_MARGIN_S <= start``) and put the pass
 ``raygpu.io/guard-pass=<holder>`` on this reservation's own pending pods, or take it off when it no longer
-holds. The holder's blockers let a pod with the pass in (docs/guard.md). Only this reservation's own pods
+holds. The holder's blockers let a pod with the pass in (docs/guard.md). The pods are created with the
+scheduling gate ``raygpu.io/backfill``, lifted with the first decision, because kube-scheduler does not
+retry a pending pod when only its own labels change: its first try must already carry the pass. Only this reservation's own pods
 (``raygpu.io/reservation=<group>``, not yet bound) are ever labelled, each patch under the pod's
 resourceVersion; nobody else's pod is touched. A guarded gang waiting in line does not backfill: it is
 gated so that the guard can place it whole, which a backfill could not.
@@ -22,7 +24,7 @@ from raygpu.errors import ConflictError, ForbiddenError
 from raygpu.gang.guard import GUARD_EVERY_S, LEASE
 from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.guard import LeaseView
-from raygpu.model.labels import LABEL_GUARD_PASS, LABEL_RESERVATION, dns_label
+from raygpu.model.labels import BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION, dns_label
 from raygpu.plan.backfill import decide_backfill
 
 
@@ -61,13 +63,16 @@ class Backfill:
             return
         try:
             self._step()
-        except ForbiddenError as e:  # the base driver Role has neither: backfill is off, the gang waits as before
+        except ForbiddenError as e:  # reserve asked (SelfSubjectAccessReview); the rights went since
             self.done = True
-            self.progress(f"backfill: off, the driver may not read the scope's Lease or label its pods ({e}); "
-                          "docs/permissions.md")
+            self.progress(f"backfill: off, the driver may no longer patch its pods ({e}); a pod still gated "
+                          "raygpu.io/backfill waits until the reservation's timeout_s (docs/permissions.md)")
 
     def _step(self) -> None:
-        raw = self.kube.get(*LEASE, self.lease_name, self.plan.namespace)
+        try:
+            raw = self.kube.get(*LEASE, self.lease_name, self.plan.namespace)
+        except ForbiddenError:
+            raw = None  # (rights taken away since reserve asked) no pass; the gate is still lifted below
         lease = LeaseView.from_k8s(raw) if raw else None
         d = decide_backfill(self.plan.gang_name, lease.holder if lease else "",
                             lease.estimated_start_s if lease else None, self.expected_runtime_s, self.wall())
@@ -76,13 +81,18 @@ class Backfill:
             self.progress(f"backfill: {'pass for ' + d.pass_for if d.pass_for else 'no pass'}: {d.reason}")
         want = dns_label(d.pass_for) if d.pass_for else None
         for p in self.kube.list("v1", "Pod", self.plan.namespace, f"{LABEL_RESERVATION}={self.plan.reservation_group}"):
-            md = p["metadata"]
-            if (p.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
+            md, spec = p["metadata"], p.get("spec") or {}
+            if spec.get("nodeName") or md.get("deletionTimestamp"):
                 continue  # bound or going: its label no longer matters
-            if (md.get("labels") or {}).get(LABEL_GUARD_PASS) == want:
+            gates = spec.get("schedulingGates") or []
+            gated = any(g.get("name") == BACKFILL_GATE for g in gates)
+            if (md.get("labels") or {}).get(LABEL_GUARD_PASS) == want and not gated:
                 continue
+            body: dict[str, Any] = {"metadata": {"resourceVersion": md.get("resourceVersion"),
+                                                 "labels": {LABEL_GUARD_PASS: want}}}
+            if gated:  # the first decision made: lift our gate in the same patch, so the first try has the pass
+                body["spec"] = {"schedulingGates": [g for g in gates if g.get("name") != BACKFILL_GATE] or None}
             try:
-                self.kube.merge_patch("v1", "Pod", md["name"], self.plan.namespace, {"metadata": {
-                    "resourceVersion": md.get("resourceVersion"), "labels": {LABEL_GUARD_PASS: want}}})
+                self.kube.merge_patch("v1", "Pod", md["name"], self.plan.namespace, body)
             except ConflictError:
                 pass  # changed since read (bound, or the holder revoked the pass): looked at again next step

@@ -14,7 +14,7 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import PermanentError, RayGpuError
 from raygpu.model.gang import GangPlan
 from raygpu.model.guard import GuardPolicy, parse_guard_policy
-from raygpu.model.labels import ANNOTATION_EXPECTED_RUNTIME, GUARD_GATE, PRIORITY_CLASS_BLOCKER
+from raygpu.model.labels import ANNOTATION_EXPECTED_RUNTIME, BACKFILL_GATE, GUARD_GATE, PRIORITY_CLASS_BLOCKER
 
 
 def guard_policy_for(kube: KubeAdapter, guard: bool | None, annotations: dict[str, str], plan: GangPlan,
@@ -53,10 +53,27 @@ def wire_guard(spec: dict[str, Any]) -> None:
     pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": GUARD_GATE}]
 
 
-def wire_hint(spec: dict[str, Any], expected_runtime_s: float | None) -> None:
+def backfill_allowed(kube: KubeAdapter, namespace: str, progress: Callable[[str], None]) -> bool:
+    """Whether this driver may backfill: get the scope's Lease and patch its own pods in ``namespace`` (asked by
+    SelfSubjectAccessReview before anything is created). Said once when not: the gang is then made as usual."""
+    from raygpu.gang.free import can_i
+    if can_i(kube, "patch", "pods", namespace=namespace) and can_i(kube, "get", "leases", "coordination.k8s.io",
+                                                                      namespace=namespace):
+        return True
+    progress("backfill off: this identity may not patch pods or get leases in the namespace (docs/permissions.md)")
+    return False
+
+
+def wire_hint(spec: dict[str, Any], expected_runtime_s: float | None, gate: bool = False) -> None:
     """Annotate a reservation's pods (its worker group's pod template, mutated in place) with the driver's
-    runtime hint ``raygpu.io/expected-runtime-s``; nothing without one."""
+    runtime hint ``raygpu.io/expected-runtime-s``; nothing without one. ``gate``: a gang that may backfill
+    also gets the scheduling gate ``raygpu.io/backfill``, so that its pods' first scheduling attempt already
+    carries the right pass (gang/backfill.py lifts it on its first step): kube-scheduler does not retry a
+    pending pod for a change of its own labels."""
     if expected_runtime_s is None:
         return
     md = spec["template"].setdefault("metadata", {})
     md["annotations"] = {**(md.get("annotations") or {}), ANNOTATION_EXPECTED_RUNTIME: f"{expected_runtime_s:g}"}
+    if gate:
+        pod = spec["template"].setdefault("spec", {})
+        pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": BACKFILL_GATE}]

@@ -27,7 +27,7 @@ from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.free import free_now
-from raygpu.gang.guard_setup import guard_policy_for, wire_guard, wire_hint
+from raygpu.gang.guard_setup import backfill_allowed, guard_policy_for, wire_guard, wire_hint
 from raygpu.gang.requests import gang_request, list_reservations, load_plan, plan_placement_group  # noqa: F401
 from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.guard import GuardPolicy, parse_guard_policy
@@ -270,6 +270,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
     plan = plan_gang(request, view, policy, free)
     guard = guard_policy_for(kube, request.guard, view.annotations, plan, view.uid, progress)  # raises before writes
+    backfill = (guard is None and request.expected_runtime_s is not None
+                and backfill_allowed(kube, plan.namespace, progress))  # gang/backfill.py
     if view.group(plan.reservation_group) is not None:
         raise PermanentError(f"a reservation named {request.name!r} already exists on {request.namespace}/"
                              f"{request.cluster} (worker group {plan.reservation_group}); pick another name")
@@ -318,7 +320,7 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
             spec = backend.worker_group_spec(plan, group, request)
             if guard is not None:
                 wire_guard(spec)
-            wire_hint(spec, request.expected_runtime_s)
+            wire_hint(spec, request.expected_runtime_s, gate=backfill)
             try:
                 kube.patch_raycluster(plan.namespace, plan.cluster,
                                       raycluster_patch(view.resource_version, add_worker_group(spec)))
@@ -340,7 +342,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         if guard is not None:
             rsv.guard, rsv.state_uid, rsv.cluster_uid = guard, cm["metadata"]["uid"], view.uid
             rsv.template_spec = spec["template"].get("spec") or {}
-        rsv.scope_lease = parse_guard_policy(view.annotations)[0].lease_name(plan.namespace)
+        if backfill:
+            rsv.scope_lease = parse_guard_policy(view.annotations)[0].lease_name(plan.namespace)
         return rsv
     except BaseException as e:
         # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC

@@ -76,6 +76,7 @@ ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state Confi
 LABEL_GUARD_PASS = "raygpu.io/guard-pass"  # on a backfilling gang's pending pods: the holder whose blockers let them in
 ANNOTATION_GUARD_START = "raygpu.io/guard-estimated-start"  # on a scope's Lease: the hold's estimated start (unix s)
 GUARD_GATE = "raygpu.io/guard"  # schedulingGate on a guarded reservation's pods until the guard swaps them in
+BACKFILL_GATE = "raygpu.io/backfill"  # schedulingGate on a hinted gang's pods until its first backfill decision
 PRIORITY_CLASS_BLOCKER = "raygpu-guard-blocker"  # deploy/guard/priorityclasses.yaml: above user pods (none of
 #   them can preempt a blocker to get onto a blocked node), preemptionPolicy Never
 GUARD_LEASE_PREFIX = "raygpu-guard-"  # coordination.k8s.io Lease per scope: raygpu-guard-<scope>

@@ -12,7 +12,7 @@ from raygpu.gang.backfill import Backfill
 from raygpu.gang.guard import Guard
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
-from raygpu.model.labels import ANNOTATION_GUARD_START, LABEL_GUARD_PASS, LABEL_RESERVATION
+from raygpu.model.labels import ANNOTATION_GUARD_START, BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION
 from raygpu.plan.backfill import BACKFILL_MARGIN_S
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.fake_kube import FakeKube
@@ -34,10 +34,14 @@ class Wall:
         return self.now_s
 
 
+RIGHTS = {("patch", "pods"), ("get", "leases")}  # what a driver needs to backfill (SelfSubjectAccessReview)
+
+
 def hinted_world(t1_ads: int | None = None, t3_ads: int | None = 200) -> tuple[World, Wall]:
     """World's tenants, started by their kubelets 100 s ago: t1 (6 GPUs on n1) and t3 (2 GPUs on n3), with
     activeDeadlineSeconds ``t1_ads`` / ``t3_ads``; the guard reads time from a fake wall clock."""
     w, wall = World(), Wall()
+    w.kube.allowed |= RIGHTS
     for name, ads in (("t1", t1_ads), ("t3", t3_ads)):
         pod = w.kube.objects[("Pod", name)]
         pod["status"]["startTime"] = rfc3339(WALL - 100)
@@ -52,9 +56,12 @@ def backfiller(w: World, wall: Wall, name: str, hint: float, bound: bool = False
     rsv = reserve(w.kube, gang(gpus(8, 1), name=name, backend="none", expected_runtime_s=hint, timeout_s=600),
                   time.time())
     pod = f"{rsv.plan.reservation_group}-0"
+    tpl = next(g for g in w.kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
+    assert tpl["template"]["spec"]["schedulingGates"] == [{"name": BACKFILL_GATE}]  # KubeRay makes it gated
     w.kube.objects[("Pod", pod)] = {"metadata": {"name": pod, "namespace": "default", "resourceVersion": "1",
                                                  "labels": {LABEL_RESERVATION: rsv.plan.reservation_group}},
-                                    "spec": {"nodeName": "n2"} if bound else {}}
+                                    "spec": {"nodeName": "n2"} if bound else {"schedulingGates": [
+                                        {"name": BACKFILL_GATE}]}}
     bf = Backfill.of(rsv, w.clock, w.said.append, wall=wall)
     assert bf is not None
     return bf, pod
@@ -66,6 +73,7 @@ def pass_of(w: World, pod: str) -> str | None:
 
 def test_the_hint_goes_on_the_gangs_pods_and_only_an_unguarded_hinted_gang_backfills():
     kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
+    kube.allowed |= RIGHTS
     rsv = reserve(kube, gang(gpus(8, 2), backend="none", expected_runtime_s=90.5), time.time())
     group = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
     assert group["template"]["metadata"]["annotations"]["raygpu.io/expected-runtime-s"] == "90.5"
@@ -123,7 +131,10 @@ def test_a_short_hint_gets_the_pass_on_its_own_pending_pods_and_a_long_one_does_
         w.clock.tick()
         bf.step(S.RESERVED)
     assert pass_of(w, short_pod) == tag and pass_of(w, long_pod) is None and pass_of(w, bound_pod) is None
-    assert [c[1][2] for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Pod"] == [short_pod]
+    patched = [c[1][2] for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Pod"]
+    assert patched == [short_pod, long_pod]  # the bound pod is never patched
+    for p in (short_pod, long_pod):  # the first decision lifts the gate: scheduled as usual, with or without pass
+        assert not w.kube.objects[("Pod", p)]["spec"].get("schedulingGates")
     assert w.kube.objects[("Pod", "t1")]["metadata"]["labels"] == {}  # nobody else's pod is touched
     wall.now_s += 5  # still pending 5 s later: it would now end inside the hold, so the pass goes
     w.clock.tick()
@@ -170,21 +181,20 @@ def test_freeing_the_lease_clears_the_estimated_start():
     assert not (lease["metadata"].get("annotations") or {}).get(ANNOTATION_GUARD_START)
 
 
-def test_without_the_rbac_for_it_backfill_turns_itself_off_and_never_slows_the_watchdog():
+def test_without_the_rights_to_backfill_the_gang_is_made_as_usual_ungated():
+    kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
+    said: list[str] = []
+    rsv = reserve(kube, gang(gpus(8, 1), backend="none", expected_runtime_s=60), time.time(), progress=said.append)
+    spec = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
+    assert "schedulingGates" not in spec["template"]["spec"] and Backfill.of(rsv, time.monotonic, print) is None
+    assert any("backfill off" in m for m in said)
+
+
+def test_a_lease_read_forbidden_later_still_lifts_the_gate_without_a_pass():
     from raygpu.errors import ForbiddenError
     w, wall = hinted_world()
+    w.step()
     bf, pod = backfiller(w, wall, "norbac", hint=1)
     w.kube.fail("get", ForbiddenError("403"), when=lambda *a: a[1] == "Lease")
-    bf.step(S.RESERVED)  # no exception for the watchdog to count as a failed step
-    assert bf.done and "off" in w.said[-1] and pass_of(w, pod) is None
-
-
-def test_a_start_already_due_is_not_rewritten_every_step():
-    w, wall = hinted_world(t3_ads=90)  # t3 overran its deadline by 10 s (a kubelet late to end it): due now
-    w.step()
-    assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_START] == f"{WALL:.0f}"
-    writes = sum(1 for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Lease")
-    for _ in range(3):
-        wall.now_s += 2
-        w.step()
-    assert sum(1 for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Lease") == writes
+    bf.step(S.RESERVED)
+    assert pass_of(w, pod) is None and not w.kube.objects[("Pod", pod)]["spec"].get("schedulingGates")
