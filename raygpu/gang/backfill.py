@@ -38,7 +38,8 @@ class Backfill:
         self.kube, self.plan, self.lease_name = kube, plan, lease_name
         self.expected_runtime_s, self.clock, self.wall, self.progress = expected_runtime_s, clock, wall, progress
         self.done = False
-        self.reason = ""  # the last decision's, said once when it changes
+        self.reason = ""  # the last decision's
+        self.said: str | None = None  # the pass last said (None: no pass)
         self._last_step = float("-inf")
 
     @classmethod
@@ -76,9 +77,10 @@ class Backfill:
         lease = LeaseView.from_k8s(raw) if raw else None
         d = decide_backfill(self.plan.gang_name, lease.holder if lease else "",
                             lease.estimated_start_s if lease else None, self.expected_runtime_s, self.wall())
-        if d.reason != self.reason:
-            self.reason = d.reason
+        if d.pass_for != self.said or not self.reason:  # said when the decision changes, not its numbers
+            self.said = d.pass_for
             self.progress(f"backfill: {'pass for ' + d.pass_for if d.pass_for else 'no pass'}: {d.reason}")
+        self.reason = d.reason
         want = dns_label(d.pass_for) if d.pass_for else None
         for p in self.kube.list("v1", "Pod", self.plan.namespace, f"{LABEL_RESERVATION}={self.plan.reservation_group}"):
             md, spec = p["metadata"], p.get("spec") or {}

@@ -198,3 +198,14 @@ def test_a_lease_read_forbidden_later_still_lifts_the_gate_without_a_pass():
     w.kube.fail("get", ForbiddenError("403"), when=lambda *a: a[1] == "Lease")
     bf.step(S.RESERVED)
     assert pass_of(w, pod) is None and not w.kube.objects[("Pod", pod)]["spec"].get("schedulingGates")
+
+
+def test_the_decision_is_said_once_while_only_its_numbers_change():
+    w, wall = hinted_world()
+    w.step()
+    bf, _ = backfiller(w, wall, "long", hint=600)
+    for _ in range(3):
+        w.clock.tick()
+        wall.now_s += 2
+        bf.step(S.RESERVED)
+    assert sum(m.startswith("backfill: no pass") for m in w.said) == 1
