@@ -32,9 +32,9 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from raygpu.errors import (ConflictError, ForbiddenError, InvalidError, NotFoundError, PermanentError, RayGpuError,
                            TransientError)
-from raygpu.model.base import timestamp_s
-from raygpu.model.raycluster import ParseProblem, RayClusterView, param_number, resource_map
-from raygpu.model.views import DeviceHealthView, K8sNodeView, K8sPodView, Taint, Toleration
+from raygpu.adapters.kube_views import node_view, pod_view  # noqa: F401 - parsers, re-exported here
+from raygpu.model.raycluster import RayClusterView
+from raygpu.model.views import K8sNodeView, K8sPodView
 
 log = logging.getLogger("raygpu.kube")
 RAYCLUSTER = ("ray.io/v1", "RayCluster")
@@ -324,67 +324,3 @@ class KubeAdapter:
         except Exception as e:  # noqa: BLE001
             raise _convert(e, f"event {reason} on {involved['kind']} {ns}/{involved['name']}",
                            ("create", "events", ns)) from e
-
-
-def _sum_resources(containers: list[dict[str, Any]], key: str, obj: str,
-                   problems: list[ParseProblem]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for c in containers:
-        field = f"containers[{c.get('name', '?')}].{key}"
-        for k, v in resource_map((c.get("resources") or {}).get(key), obj, field, problems).items():
-            out[k] = out.get(k, 0.0) + v
-    return out
-
-
-def start_cmd_num_gpus(value: str, obj: str, problems: list[ParseProblem]) -> float | None:
-    """``--num-gpus=N`` of a KUBERAY_GEN_RAY_START_CMD; None (recorded) when N is not a number >= 0."""
-    raw = value.split("--num-gpus=")[1].split()[0] if value.split("--num-gpus=")[1].split() else ""
-    given = param_number(raw)
-    if given is None:
-        problems.append(ParseProblem(obj=obj, field="env.KUBERAY_GEN_RAY_START_CMD --num-gpus", value=raw,
-                                     reason="is not a number >= 0", default_used="its group's rayStartParams"))
-    return given
-
-
-def pod_view(p: dict[str, Any]) -> K8sPodView:
-    """A pod as a frozen view. A value that does not parse takes a safe default, recorded in ``problems``.
-
-    Raises (KeyError, ValueError) only for an object without a name or namespace or with a bad
-    creationTimestamp, which the API server never sends; callers skip such an object (``parse_each``).
-    """
-    md, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
-    obj = f"Pod {md['namespace']}/{md['name']}"
-    problems: list[ParseProblem] = []
-    labels = md.get("labels") or {}
-    containers = spec.get("containers") or []
-    num_gpus = None
-    for e in (containers[0].get("env") or []) if containers else []:
-        if e.get("name") == "KUBERAY_GEN_RAY_START_CMD" and "--num-gpus=" in (e.get("value") or ""):
-            num_gpus = start_cmd_num_gpus(e["value"], obj, problems)
-    return K8sPodView(
-        name=md["name"], namespace=md["namespace"], uid=md.get("uid", ""), node_name=spec.get("nodeName"),
-        phase=st.get("phase", "Pending"), deleting=bool(md.get("deletionTimestamp")), labels=labels,
-        annotations=md.get("annotations") or {}, requests=_sum_resources(containers, "requests", obj, problems),
-        limits=_sum_resources(containers, "limits", obj, problems),
-        tolerations=tuple(Toleration(**{k: t.get(k) for k in ("key", "value", "effect") if t.get(k) is not None},
-                                     operator=t.get("operator", "Equal")) for t in spec.get("tolerations") or []),
-        node_selector=dict(spec.get("nodeSelector") or {}),
-        created_at_s=timestamp_s(md.get("creationTimestamp")), ray_cluster=labels.get("ray.io/cluster"),
-        ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
-        ray_start_num_gpus=num_gpus, scheduling_group=(spec.get("schedulingGroup") or {}).get("podGroupName"),
-        problems=tuple(problems), device_health=DeviceHealthView.of_pod_status(st))
-
-
-def node_view(n: dict[str, Any]) -> K8sNodeView:
-    """A node as a frozen view; a capacity that is no quantity is left out, recorded in ``problems``."""
-    md, spec, st = n["metadata"], n.get("spec") or {}, n.get("status") or {}
-    obj = f"Node {md['name']}"
-    problems: list[ParseProblem] = []
-    conds = {c["type"]: c["status"] for c in st.get("conditions") or []}
-    return K8sNodeView(
-        name=md["name"], labels=md.get("labels") or {},
-        capacity=resource_map(st.get("capacity"), obj, "capacity", problems),
-        allocatable=resource_map(st.get("allocatable"), obj, "allocatable", problems),
-        taints=tuple(Taint(key=t["key"], value=t.get("value"), effect=t["effect"]) for t in spec.get("taints") or []),
-        ready=conds.get("Ready") == "True", unschedulable=bool(spec.get("unschedulable")),
-        problems=tuple(problems))

@@ -22,10 +22,12 @@ from raygpu.plan.gang_free import free_by_template
 BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
-def can_i(kube: KubeAdapter, verb: str, resource: str, group: str = "") -> bool:
-    """Whether this identity may ``verb`` ``resource`` cluster-wide (False when the review itself fails)."""
+def can_i(kube: KubeAdapter, verb: str, resource: str, group: str = "", namespace: str | None = None) -> bool:
+    """Whether this identity may ``verb`` ``resource`` cluster-wide, or in ``namespace`` (False when the review
+    itself fails)."""
+    attrs = {"verb": verb, "resource": resource, "group": group, **({"namespace": namespace} if namespace else {})}
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": {},
-              "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group}}}
+              "spec": {"resourceAttributes": attrs}}
     try:
         return bool((kube.create(review).get("status") or {}).get("allowed"))
     except RayGpuError:

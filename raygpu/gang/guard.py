@@ -14,6 +14,9 @@ any more while the pods running there run on, untouched. Once every chosen
 node has room for the gang's pods (allocatable minus the pods bound there),
 the gang's gated pods are labelled ``raygpu.io/guard-for=<gang>``, pinned to
 those nodes and ungated; once all are bound the blockers are deleted.
+Runtime hints (plan/backfill.py): the nodes are chosen by when the gang fits soonest, and the hold's
+estimated start is published on the Lease (``raygpu.io/guard-estimated-start``) for gangs that may
+backfill (gang/backfill.py) with the pass ``raygpu.io/guard-pass=<gang>`` that the blockers let in.
 (4) past ``max-hold``: delete the blockers, free the Lease, count the timeout
 on the state ConfigMap, Event GuardTimedOut. Once the reservation is
 admitted: delete leftover blockers, free the Lease, Event GuardReleased.
@@ -31,14 +34,18 @@ takes it on its own clock) while its blockers go with its state ConfigMap
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import ConflictError, RayGpuError
-from raygpu.model.gang import GangPlan, NodeFree, ReservationState
+from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.guard import LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, WaitingGang
-from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_BLOCKER, LABEL_CLUSTER,
-                                 LABEL_GUARD_FOR, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER, dns_label)
+from raygpu.model.labels import (ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, KEY_GUARD_SCOPE, LABEL_BLOCKER,
+                                 LABEL_CLUSTER, LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_RESERVATION,
+                                 PRIORITY_CLASS_BLOCKER, dns_label)
+from raygpu.model.views import K8sPodView
+from raygpu.plan.backfill import estimated_start_s
 from raygpu.plan.gang_shapes import free_nodes
 from raygpu.plan.guard import LeaseAction, blocker_units, choose_nodes, decide_lease, need_by_node, plan_hold
 
@@ -70,14 +77,17 @@ def pin(affinity: dict[str, Any] | None, node: str) -> dict[str, Any]:
 
 
 class Guard:
-    """The guard of one reservation. ``clock``: the driver's monotonic seconds (never compared elsewhere)."""
+    """The guard of one reservation. ``clock``: the driver's monotonic seconds (never compared elsewhere);
+    ``wall``: its unix seconds, used only for runtime hints (estimated ends from the kubelets' startTimes:
+    plan/backfill.py, whose margin bounds the skew)."""
 
     def __init__(self, kube: KubeAdapter, plan: GangPlan, policy: GuardPolicy, *, state_uid: str,
                  cluster_uid: str, template_spec: dict[str, Any], clock: Callable[[], float],
-                 progress: Callable[[str], None] = lambda m: None) -> None:
+                 progress: Callable[[str], None] = lambda m: None, wall: Callable[[], float] = time.time) -> None:
         self.kube, self.plan, self.policy = kube, plan, policy
         self.state_uid, self.cluster_uid, self.template_spec = state_uid, cluster_uid, template_spec
-        self.clock, self.progress = clock, progress
+        self.clock, self.progress, self.wall = clock, progress, wall
+        self.published: str | None = None  # the estimated start last written on the Lease ("" = none)
         self.scope = policy.scope_for(plan.namespace)
         self.lease_name = policy.lease_name(plan.namespace)
         self.me = plan.gang_name
@@ -94,12 +104,13 @@ class Guard:
         self._last_renew = float("-inf")
 
     @classmethod
-    def of(cls, rsv: Any, clock: Callable[[], float], progress: Callable[[str], None]) -> "Guard | None":
+    def of(cls, rsv: Any, clock: Callable[[], float], progress: Callable[[str], None],
+           wall: Callable[[], float] = time.time) -> "Guard | None":
         """The guard of reservation ``rsv`` (a gang.reservation.Reservation), None when it is not guarded."""
         if rsv.guard is None:
             return None
         return cls(rsv.kube, rsv.plan, rsv.guard, state_uid=rsv.state_uid, cluster_uid=rsv.cluster_uid,
-                   template_spec=rsv.template_spec, clock=clock, progress=progress)
+                   template_spec=rsv.template_spec, clock=clock, progress=progress, wall=wall)
 
     # ------------------------------------------------------------------ step
     def step(self, state: ReservationState) -> None:
@@ -145,14 +156,19 @@ class Guard:
             self._unblock_when_bound(now)
             return
         units = blocker_units(f"{self.me}-bl", self.nodes)
-        free = {n.name: n.free for n in self._free(sorted(set(self.nodes)))}
-        step = plan_hold(units, self._blockers(), free, need_by_node(need.k8s_requests, self.nodes),
-                         now - (self.held_since or now), self.policy.max_hold_s)
+        alloc, pods = self._held(sorted(set(self.nodes)))
+        free = {n.name: n.free for n in free_nodes(alloc, pods)}
+        need_at = need_by_node(need.k8s_requests, self.nodes)
+        step = plan_hold(units, self._blockers(), free, need_at, now - (self.held_since or now), self.policy.max_hold_s)
         if step.timed_out:
             self._time_out(step.reason)
             return
         for u in step.to_create:
             self._create_blocker(u)
+        wall = self.wall()
+        self._publish(estimated_start_s(need_at, {n.name: n.allocatable for n in alloc}, _by_node(pods), wall), wall)
+        if step.swap and not self.swapping and self._revoke_passes():
+            return  # backfill pods still pending with our pass: without it they cannot race the gang; swap next step
         if step.swap or self.swapping:  # a swap cut short by a failed patch: the pods it let in now use the room
             self._swap()
 
@@ -169,16 +185,17 @@ class Guard:
             self.unblocked = True
             self.progress(f"guard: every pod of {self.me} is bound; blockers deleted")
 
-    def _free(self, names: list[str]) -> tuple[NodeFree, ...]:
-        """Free capacity of the held nodes only: one GET per node and one list of the pods bound there (a
+    def _held(self, names: list[str]) -> tuple[list, list[K8sPodView]]:
+        """The held nodes and the pods bound there, only: one GET per node and one list per node (a
         ``spec.nodeName`` field selector), so a step costs the same on 10 nodes or 10,000. A node that is
         gone is left out (plan_hold: it never fits)."""
         raw = [n for n in (self.kube.get("v1", "Node", name) for name in names) if n is not None]
         pods = [p for name in names for p in self.kube.list("v1", "Pod", field_selector=f"spec.nodeName={name}")]
-        return free_nodes(parse_each(raw, node_view, "Node"), parse_each(pods, pod_view, "Pod"))
+        return parse_each(raw, node_view, "Node"), parse_each(pods, pod_view, "Pod")
 
     def _choose(self, gpu: str | None) -> tuple[str, ...] | None:
-        """Nodes the gang's pods may use (nodeSelector, taints), by most free GPUs now."""
+        """Nodes the gang's pods may use (nodeSelector, taints): where they fit soonest by the pods' known
+        ends, then by most free GPUs now (plan.guard.choose_nodes)."""
         sel = self.template_spec.get("nodeSelector") or {}
         tols = parse_each([{"metadata": {"name": "t", "namespace": "t"}, "spec": {
             "tolerations": self.template_spec.get("tolerations") or []}}], pod_view, "Pod")[0].tolerations
@@ -186,7 +203,8 @@ class Guard:
                  if all(n.labels.get(k) == v for k, v in sel.items())
                  and all(any(t.tolerates(x) for t in tols) for x in n.taints if x.effect in ("NoSchedule", "NoExecute"))]
         pods = parse_each(self.kube.list("v1", "Pod"), pod_view, "Pod")
-        return choose_nodes(self.plan.need.k8s_requests, self.plan.pod_count, free_nodes(nodes, pods), gpu)
+        return choose_nodes(self.plan.need.k8s_requests, self.plan.pod_count, free_nodes(nodes, pods), gpu,
+                            _by_node(pods), self.wall())
 
     # ---------------------------------------------------------------- blockers
     def _owned(self, pod: dict[str, Any]) -> bool:
@@ -207,9 +225,12 @@ class Guard:
 
     def blocker_spec(self, node: str) -> dict[str, Any]:
         """A blocker's pod spec: bound to ``node`` by ``nodeName``, tiny requests, the gang's tolerations, and a
-        required anti-affinity against every pod (any namespace) whose raygpu.io/guard-for is not this gang."""
-        term = {"labelSelector": {"matchExpressions": [{"key": LABEL_GUARD_FOR, "operator": "NotIn",
-                                                        "values": [self.tag]}]},
+        required anti-affinity against every pod (any namespace) whose raygpu.io/guard-for is not this gang
+        *and* whose raygpu.io/guard-pass is not this gang (requirements are ANDed): a pod with the pass
+        (a backfill, plan/backfill.py) is let in."""
+        term = {"labelSelector": {"matchExpressions": [
+                    {"key": LABEL_GUARD_FOR, "operator": "NotIn", "values": [self.tag]},
+                    {"key": LABEL_GUARD_PASS, "operator": "NotIn", "values": [self.tag]}]},
                 "namespaceSelector": {}, "topologyKey": HOSTNAME}
         spec: dict[str, Any] = {
             "nodeName": node, "priorityClassName": PRIORITY_CLASS_BLOCKER, "restartPolicy": "Never",
@@ -290,7 +311,44 @@ class Guard:
         lease = self._read_lease()
         if lease is not None and lease.holder == self.me:
             self.kube.merge_patch(*LEASE, self.lease_name, self.plan.namespace, {
-                "metadata": {"resourceVersion": lease.resource_version}, "spec": {"holderIdentity": None}})
+                "metadata": {"resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: None}},
+                "spec": {"holderIdentity": None}})
+        self.published = None
+
+    def _publish(self, start_s: float | None, now_s: float) -> None:
+        """Write the hold's estimated start (whole unix seconds; "" when unknown) on the Lease when it changed,
+        by a merge patch carrying the resourceVersion just read: a 409 is left for the next step to re-read,
+        never overwritten. Only while we hold the Lease. A start already due that stays due (it is "now"
+        while an overrun lasts) is not rewritten every step."""
+        value = "" if start_s is None else f"{start_s:.0f}"
+        if value == self.published or (value and self.published and max(float(value), float(self.published)) <= now_s):
+            return
+        lease = self._read_lease()
+        if lease is None or lease.holder != self.me:
+            return
+        try:
+            self.kube.merge_patch(*LEASE, self.lease_name, self.plan.namespace, {"metadata": {
+                "resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: value or None}}})
+        except ConflictError:
+            return  # changed since read: re-read next step
+        self.published = value
+
+    def _revoke_passes(self) -> int:
+        """Before the swap: take our pass off raygpu's backfill pods still pending (unbound) in the
+        namespace, so none races the gang for the room it waited for. Only pods raygpu made (label
+        raygpu.io/reservation) are touched, each under its resourceVersion. Returns how many it revoked."""
+        n = 0
+        for p in self.kube.list("v1", "Pod", self.plan.namespace, f"{LABEL_GUARD_PASS}={self.tag},{LABEL_RESERVATION}"):
+            md = p["metadata"]
+            if (p.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
+                continue
+            try:
+                self.kube.merge_patch("v1", "Pod", md["name"], self.plan.namespace, {"metadata": {
+                    "resourceVersion": md.get("resourceVersion"), "labels": {LABEL_GUARD_PASS: None}}})
+            except ConflictError:
+                pass  # changed since read: looked at again next step (the swap waits for it)
+            n += 1
+        return n
 
     # ------------------------------------------------------------- endings
     def _time_out(self, why: str) -> None:
@@ -328,40 +386,10 @@ class Guard:
             self.progress(f"guard: event {reason} not recorded: {e}")
 
 
-# ------------------------------------------------------------------ reserve's hooks
-def guard_policy_for(kube: KubeAdapter, guard: bool | None, annotations: dict[str, str], plan: GangPlan,
-                     cluster_uid: str, progress: Callable[[str], None] = lambda m: None) -> GuardPolicy | None:
-    """The guard policy of a reservation about to be made, or None when it is not guarded.
+def _by_node(pods: list[K8sPodView]) -> dict[str, list[K8sPodView]]:
+    out: dict[str, list[K8sPodView]] = {}
+    for p in pods:
+        if p.node_name:
+            out.setdefault(p.node_name, []).append(p)
+    return out
 
-    ``guard`` (the request's) wins over the cluster's ``raygpu.io/guard``; a bad annotation value is reported
-    (progress and a Warning Event ``InvalidAnnotation`` on the RayCluster) and its default used. Raises
-    PermanentError before anything is created when a guarded reservation cannot work: a backend other than
-    ``none`` (the guard is the all-or-nothing itself), or raygpu's blocker PriorityClass not installed.
-    """
-    from raygpu.errors import PermanentError
-    from raygpu.model.guard import parse_guard_policy
-    policy, problems = parse_guard_policy(annotations)
-    for pr in problems:
-        progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
-        try:
-            kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": plan.cluster,
-                        "namespace": plan.namespace, "uid": cluster_uid}, "InvalidAnnotation",
-                       f"{pr.key}={pr.value!r}: {pr.reason}; using {pr.default_used}", "Warning")
-        except RayGpuError:
-            pass  # the message above reached the driver; an Event is best effort
-    if not (guard if guard is not None else policy.enabled):
-        return None
-    if plan.backend.value != "none":
-        raise PermanentError(f"the starvation guard needs backend none (it makes the gang all-or-nothing itself), "
-                             f"got {plan.backend.value}; pass backend='none' or guard=False")
-    if kube.get("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_BLOCKER) is None:
-        raise PermanentError(f"the starvation guard needs PriorityClass {PRIORITY_CLASS_BLOCKER}: kubectl apply -f "
-                             "deploy/guard/priorityclasses.yaml (or pass guard=False)")
-    return policy.model_copy(update={"enabled": True})
-
-
-def wire_guard(spec: dict[str, Any]) -> None:
-    """Make a guarded reservation's worker group spec wait for the guard: its pods are created gated
-    (``raygpu.io/guard``), so none binds before the swap (mutated in place). Their priority is the user's."""
-    pod = spec["template"].setdefault("spec", {})
-    pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": GUARD_GATE}]

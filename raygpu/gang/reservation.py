@@ -27,10 +27,10 @@ from raygpu.errors import ConflictError, PermanentError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.free import free_now
-from raygpu.gang.guard import guard_policy_for, wire_guard
+from raygpu.gang.guard_setup import backfill_allowed, guard_policy_for, wire_guard, wire_hint
 from raygpu.gang.requests import gang_request, list_reservations, load_plan, plan_placement_group  # noqa: F401
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.guard import GuardPolicy
+from raygpu.model.guard import GuardPolicy, parse_guard_policy
 from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_EXPECTED_RUNTIME, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
@@ -57,6 +57,7 @@ class Reservation:
     state: ReservationState = ReservationState.PLANNED
     history: list[str] = field(default_factory=list)
     guard: "GuardPolicy | None" = None  # set on a guarded reservation (gang/guard.py), with the uids it proves by
+    scope_lease: str = ""  # the guard scope's Lease (raygpu-guard-<scope>): an unguarded hinted gang backfills by it
     state_uid: str = ""
     cluster_uid: str = ""
     template_spec: dict = field(default_factory=dict)  # the reserved pods' spec, as patched in
@@ -269,6 +270,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
     plan = plan_gang(request, view, policy, free)
     guard = guard_policy_for(kube, request.guard, view.annotations, plan, view.uid, progress)  # raises before writes
+    backfill = (guard is None and request.expected_runtime_s is not None
+                and backfill_allowed(kube, plan.namespace, progress))  # gang/backfill.py
     if view.group(plan.reservation_group) is not None:
         raise PermanentError(f"a reservation named {request.name!r} already exists on {request.namespace}/"
                              f"{request.cluster} (worker group {plan.reservation_group}); pick another name")
@@ -317,6 +320,7 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
             spec = backend.worker_group_spec(plan, group, request)
             if guard is not None:
                 wire_guard(spec)
+            wire_hint(spec, request.expected_runtime_s, gate=backfill)
             try:
                 kube.patch_raycluster(plan.namespace, plan.cluster,
                                       raycluster_patch(view.resource_version, add_worker_group(spec)))
@@ -338,6 +342,8 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         if guard is not None:
             rsv.guard, rsv.state_uid, rsv.cluster_uid = guard, cm["metadata"]["uid"], view.uid
             rsv.template_spec = spec["template"].get("spec") or {}
+        if backfill:
+            rsv.scope_lease = parse_guard_policy(view.annotations)[0].lease_name(plan.namespace)
         return rsv
     except BaseException as e:
         # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC

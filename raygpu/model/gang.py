@@ -145,7 +145,7 @@ class GangRequest(Frozen):
     queue: str | None = None
     owner_job: str | None = None  # Ray job id; labels the pods so a dead driver's gang is collected
     guard: bool | None = None  # the starvation guard; None: the cluster's raygpu.io/guard annotation
-    expected_runtime_s: float | None = None  # the driver's runtime hint (recorded; backfill is not done yet)
+    expected_runtime_s: float | None = None  # the driver's runtime hint: on the pods; backfill (docs/guard.md)
     topology: Topology | None = None  # all pods in one node-label domain (model/topology.py)
 
     @field_validator("name", "cluster", "namespace", mode="before")

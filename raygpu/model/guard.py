@@ -8,11 +8,12 @@ See docs/guard.md.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from raygpu.model.annotations import AnnotationProblem, parse_duration_s
 from raygpu.model.base import Frozen, timestamp_s
-from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_RESERVATION_STATE, GUARD_LEASE_PREFIX,
+from raygpu.model.labels import (ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_RESERVATION_STATE, GUARD_LEASE_PREFIX,
                                  KEY_GUARD, KEY_GUARD_SCOPE, KEY_MAX_HOLD, dns_label)
 
 DEFAULT_MAX_HOLD_S = 900.0  # raygpu.io/max-hold default: 15 minutes
@@ -73,6 +74,7 @@ class LeaseView(Frozen):
     lease_duration_s: int = LEASE_DURATION_S
     renew_time: str = ""  # as written (the holder's clock): compared only for change, never against a clock
     transitions: int = 0
+    estimated_start_s: float | None = None  # raygpu.io/guard-estimated-start: the hold's estimate (unix s), if any
 
     @property
     def record(self) -> tuple[str, str, str]:
@@ -83,10 +85,15 @@ class LeaseView(Frozen):
     def from_k8s(cls, obj: dict[str, Any]) -> "LeaseView":
         md, spec = obj["metadata"], obj.get("spec") or {}
         duration = spec.get("leaseDurationSeconds")
+        try:
+            start: float | None = float((md.get("annotations") or {}).get(ANNOTATION_GUARD_START) or "")
+        except (TypeError, ValueError):
+            start = None
         return cls(name=md["name"], namespace=md.get("namespace") or "", resource_version=md.get("resourceVersion", ""),
                    holder=spec.get("holderIdentity") or "",
                    lease_duration_s=duration if isinstance(duration, int) and duration > 0 else LEASE_DURATION_S,
-                   renew_time=str(spec.get("renewTime") or ""), transitions=int(spec.get("leaseTransitions") or 0))
+                   renew_time=str(spec.get("renewTime") or ""), transitions=int(spec.get("leaseTransitions") or 0),
+                   estimated_start_s=start if start is not None and math.isfinite(start) else None)
 
 
 class WaitingGang(Frozen):

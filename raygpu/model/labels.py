@@ -72,8 +72,11 @@ LABEL_BLOCKER = "raygpu.io/guard-blocker"  # on blocker pods: the reservation gr
 LABEL_GUARD_FOR = "raygpu.io/guard-for"  # on a guarded gang's pods and its blockers: the gang (state ConfigMap)
 #   name; every pod without this value is kept off a blocked node by the blocker's anti-affinity
 ANNOTATION_GUARD_TIMEOUTS = "raygpu.io/guard-timeouts"  # on a state ConfigMap: holds that timed out (queue order)
-ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state ConfigMap: the driver's runtime hint
+ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state ConfigMap and its pods: the driver's runtime hint
+LABEL_GUARD_PASS = "raygpu.io/guard-pass"  # on a backfilling gang's pending pods: the holder whose blockers let them in
+ANNOTATION_GUARD_START = "raygpu.io/guard-estimated-start"  # on a scope's Lease: the hold's estimated start (unix s)
 GUARD_GATE = "raygpu.io/guard"  # schedulingGate on a guarded reservation's pods until the guard swaps them in
+BACKFILL_GATE = "raygpu.io/backfill"  # schedulingGate on a hinted gang's pods until its first backfill decision
 PRIORITY_CLASS_BLOCKER = "raygpu-guard-blocker"  # deploy/guard/priorityclasses.yaml: above user pods (none of
 #   them can preempt a blocker to get onto a blocked node), preemptionPolicy Never
 GUARD_LEASE_PREFIX = "raygpu-guard-"  # coordination.k8s.io Lease per scope: raygpu-guard-<scope>

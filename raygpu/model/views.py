@@ -131,6 +131,8 @@ class K8sPodView(Frozen):
     tolerations: tuple[Toleration, ...] = ()
     node_selector: dict[str, str] = Field(default_factory=dict)  # spec.nodeSelector
     created_at_s: float = 0.0
+    started_at_s: float | None = None  # status.startTime (the kubelet's clock); None: not started
+    active_deadline_s: float | None = None  # spec.activeDeadlineSeconds: the kubelet ends it that long after start
     ray_cluster: str | None = None  # label ray.io/cluster
     ray_group: str | None = None  # label ray.io/group
     ray_node_type: str | None = None  # label ray.io/node-type: head | worker

@@ -14,6 +14,8 @@ from raygpu.model.base import Frozen
 from raygpu.model.gang import NodeFree
 from raygpu.model.gc import ReservationRecord
 from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
+from raygpu.model.views import K8sPodView
+from raygpu.plan.backfill import fit_time_s
 
 
 class LeaseAction(str, Enum):
@@ -67,24 +69,40 @@ def _fits(need: Mapping[str, float], have: Mapping[str, float]) -> bool:
 
 
 def choose_nodes(pod_requests: Mapping[str, float], pod_count: int, nodes: Sequence[NodeFree],
-                 gpu_resource: str | None) -> tuple[str, ...] | None:
-    """A node per gang pod: where it will fit soonest without runtime hints, i.e. the node with the most of
-    ``gpu_resource`` free now (then the most of every resource, then the name), among nodes whose allocatable
-    holds the pod; a node takes several pods while its allocatable holds them. None if some pod fits no node.
+                 gpu_resource: str | None, pods: Mapping[str, Sequence[K8sPodView]] | None = None,
+                 now_s: float = 0.0) -> tuple[str, ...] | None:
+    """A node per gang pod, among nodes whose allocatable holds it (a node takes several pods while its
+    allocatable holds them); None if some pod fits no node.
+
+    Where the pod fits soonest (plan.backfill.fit_time_s over ``pods``, the pods bound per node, and their
+    estimated ends: a pod with no runtime hint or activeDeadlineSeconds never ends), then the node with the
+    most of ``gpu_resource`` free now, then the most of every resource, then the name. Without ``pods``, or
+    with no hints, every node that does not fit now ties at "never", so the choice is the most GPUs free now.
     """
     left = {n.name: dict(n.allocatable) for n in nodes}
     free = {n.name: dict(n.free) for n in nodes}
+    taken: dict[str, dict[str, float]] = {}
     out: list[str] = []
+    never = float("inf")
     for _ in range(pod_count):
         fitting = [n for n in nodes if _fits(pod_requests, left[n.name])]
         if not fitting:
             return None
         key = gpu_resource or "cpu"
-        best = max(fitting, key=lambda n: (free[n.name].get(key, 0.0), sum(free[n.name].values()), _neg(n.name)))
+
+        def soonest(n: NodeFree) -> float:
+            if pods is None:
+                return 0.0
+            need = {r: taken.get(n.name, {}).get(r, 0.0) + v for r, v in pod_requests.items()}
+            t = fit_time_s(n.allocatable, pods.get(n.name, ()), need, now_s)
+            return never if t is None else t
+        best = max(fitting, key=lambda n: (-soonest(n), free[n.name].get(key, 0.0), sum(free[n.name].values()),
+                                           _neg(n.name)))
         out.append(best.name)
         for r, v in pod_requests.items():
             left[best.name][r] = left[best.name].get(r, 0.0) - v
             free[best.name][r] = free[best.name].get(r, 0.0) - v
+            taken.setdefault(best.name, {})[r] = taken.get(best.name, {}).get(r, 0.0) + v
     return tuple(out)
 
 

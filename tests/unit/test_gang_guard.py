@@ -11,7 +11,7 @@ from raygpu.gang.guard import GUARD_EVERY_S, Guard
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_BLOCKER,
-                                 LABEL_GUARD_FOR, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER)
+                                 LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER)
 from raygpu.model.views import K8sPodView
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.fake_kube import FakeKube
@@ -141,8 +141,9 @@ def test_the_first_in_line_takes_the_lease_and_binds_a_blocker_to_each_of_the_fr
         assert spec["priorityClassName"] == PRIORITY_CLASS_BLOCKER and "schedulerName" not in spec
         assert all(GPU not in c["resources"]["requests"] for c in spec["containers"])
         [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        assert term == {"labelSelector": {"matchExpressions": [{"key": LABEL_GUARD_FOR, "operator": "NotIn",
-                                                                 "values": [tag]}]},
+        assert term == {"labelSelector": {"matchExpressions": [  # ANDed: blocked unless the gang's or with its pass
+                            {"key": LABEL_GUARD_FOR, "operator": "NotIn", "values": [tag]},
+                            {"key": LABEL_GUARD_PASS, "operator": "NotIn", "values": [tag]}]},
                         "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}
         assert b["metadata"]["labels"][LABEL_GUARD_FOR] == tag  # its own anti-affinity never matches itself
         owner = b["metadata"]["ownerReferences"][0]

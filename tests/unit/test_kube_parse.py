@@ -89,3 +89,17 @@ def test_raycluster_bad_values_take_safe_defaults_and_are_recorded():
 
 def test_a_good_raycluster_has_no_problems():
     assert RayClusterView.from_k8s(RECORDED).problems == ()
+
+
+@pytest.mark.parametrize("start, ads, want_start, want_ads, problems", [
+    ("2024-05-01T12:00:10Z", 60, 1714564810.0, 60.0, 0),
+    (None, None, None, None, 0),  # not started, no deadline
+    ("soon", 0, None, None, 2),  # bad values: safe defaults, recorded
+    (None, True, None, None, 1),  # a bool is no number of seconds
+])
+def test_pod_start_time_and_active_deadline(start, ads, want_start, want_ads, problems):
+    raw = pod("p")
+    raw["status"]["startTime"] = start
+    raw["spec"]["activeDeadlineSeconds"] = ads
+    v = pod_view(raw)
+    assert (v.started_at_s, v.active_deadline_s, len(v.problems)) == (want_start, want_ads, problems)

@@ -1,0 +1,211 @@
+"""Runtime hints and backfill on the one fake Kubernetes (issue 11 item 2): the hint on a gang's pods, the
+holder's estimated start on its Lease (resourceVersion-guarded), nodes chosen by known ends, the pass on a
+backfilling gang's own pending pods, the holder revoking passes before its swap. Fake clocks throughout."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from raygpu.errors import ConflictError
+from raygpu.gang.backfill import Backfill
+from raygpu.gang.guard import Guard
+from raygpu.gang.reservation import reserve
+from raygpu.model.gang import ReservationState
+from raygpu.model.labels import ANNOTATION_GUARD_START, BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION
+from raygpu.plan.backfill import BACKFILL_MARGIN_S
+from raygpu.testing.builders.clusters import cluster, gang, gpus
+from raygpu.testing.fake_kube import FakeKube
+from tests.unit.test_gang_guard import World
+
+S = ReservationState
+WALL = 1_800_000_000.0  # the drivers' wall clock (unix s), fake
+
+
+def rfc3339(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Wall:
+    def __init__(self, now_s: float = WALL) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+RIGHTS = {("patch", "pods"), ("get", "leases")}  # what a driver needs to backfill (SelfSubjectAccessReview)
+
+
+def hinted_world(t1_ads: int | None = None, t3_ads: int | None = 200) -> tuple[World, Wall]:
+    """World's tenants, started by their kubelets 100 s ago: t1 (6 GPUs on n1) and t3 (2 GPUs on n3), with
+    activeDeadlineSeconds ``t1_ads`` / ``t3_ads``; the guard reads time from a fake wall clock."""
+    w, wall = World(), Wall()
+    w.kube.allowed |= RIGHTS
+    for name, ads in (("t1", t1_ads), ("t3", t3_ads)):
+        pod = w.kube.objects[("Pod", name)]
+        pod["status"]["startTime"] = rfc3339(WALL - 100)
+        if ads is not None:
+            pod["spec"]["activeDeadlineSeconds"] = ads
+    w.guard = Guard.of(w.rsv, w.clock, w.said.append, wall=wall)
+    return w, wall
+
+
+def backfiller(w: World, wall: Wall, name: str, hint: float, bound: bool = False) -> tuple[Backfill, str]:
+    """A second, unguarded raygpu gang (1 x 8 GPUs, hint ``hint``) of the same cluster, with one pod."""
+    rsv = reserve(w.kube, gang(gpus(8, 1), name=name, backend="none", expected_runtime_s=hint, timeout_s=600),
+                  time.time())
+    pod = f"{rsv.plan.reservation_group}-0"
+    tpl = next(g for g in w.kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
+    assert tpl["template"]["spec"]["schedulingGates"] == [{"name": BACKFILL_GATE}]  # KubeRay makes it gated
+    w.kube.objects[("Pod", pod)] = {"metadata": {"name": pod, "namespace": "default", "resourceVersion": "1",
+                                                 "labels": {LABEL_RESERVATION: rsv.plan.reservation_group}},
+                                    "spec": {"nodeName": "n2"} if bound else {"schedulingGates": [
+                                        {"name": BACKFILL_GATE}]}}
+    bf = Backfill.of(rsv, w.clock, w.said.append, wall=wall)
+    assert bf is not None
+    return bf, pod
+
+
+def pass_of(w: World, pod: str) -> str | None:
+    return w.kube.objects[("Pod", pod)]["metadata"]["labels"].get(LABEL_GUARD_PASS)
+
+
+def test_the_hint_goes_on_the_gangs_pods_and_only_an_unguarded_hinted_gang_backfills():
+    kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
+    kube.allowed |= RIGHTS
+    rsv = reserve(kube, gang(gpus(8, 2), backend="none", expected_runtime_s=90.5), time.time())
+    group = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
+    assert group["template"]["metadata"]["annotations"]["raygpu.io/expected-runtime-s"] == "90.5"
+    assert rsv.scope_lease == "raygpu-guard-default" and Backfill.of(rsv, time.monotonic, print) is not None
+    plain = reserve(kube, gang(gpus(8, 1), name="plain", backend="none"), time.time())
+    spec = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == plain.plan.reservation_group)
+    assert "raygpu.io/expected-runtime-s" not in (spec["template"].get("metadata") or {}).get("annotations", {})
+    assert Backfill.of(plain, time.monotonic, print) is None  # no hint: never backfills
+    guarded = World(expected_runtime_s=60)
+    assert Backfill.of(guarded.rsv, time.monotonic, print) is None  # a guarded gang waits its turn, gated
+
+
+def test_the_holder_publishes_its_estimated_start_from_the_pods_known_ends():
+    w, _ = hinted_world(t3_ads=200)  # t3 ends at WALL + 100 (kubelet started it at WALL - 100)
+    w.step()
+    assert sorted(b["spec"]["nodeName"] for b in w.blockers().values()) == ["n2", "n3"]
+    assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_START] == f"{WALL + 100:.0f}"
+
+
+def test_nodes_are_chosen_by_known_ends_before_free_gpus():
+    w, _ = hinted_world(t1_ads=130, t3_ads=None)  # n1 frees at WALL + 30; n3 (more free) never, as far as known
+    w.step()
+    assert sorted(b["spec"]["nodeName"] for b in w.blockers().values()) == ["n1", "n2"]
+    assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_START] == f"{WALL + 30:.0f}"
+
+
+def test_an_unknown_end_publishes_no_start_and_nobody_backfills():
+    w, wall = hinted_world(t3_ads=None)  # t3 has no deadline and is no raygpu pod: its end is unknown
+    w.step()
+    assert not (w.lease()["metadata"].get("annotations") or {}).get(ANNOTATION_GUARD_START)
+    bf, pod = backfiller(w, wall, "short", hint=1)
+    bf.step(S.RESERVED)
+    assert pass_of(w, pod) is None and "no estimated start" in bf.reason
+
+
+def test_a_conflict_on_the_lease_is_never_overwritten_and_the_start_is_published_next_step():
+    w, _ = hinted_world()
+    w.kube.fail("merge_patch", ConflictError("409"), when=lambda *a: a[1] == "Lease" and "annotations" in a[4]["metadata"])
+    w.step()  # the publication met a 409: nothing written over it
+    assert ANNOTATION_GUARD_START not in (w.lease()["metadata"].get("annotations") or {})
+    w.step()
+    assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_START] == f"{WALL + 100:.0f}"
+    patches = [c[1][4] for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Lease"]
+    assert all(p["metadata"].get("resourceVersion") for p in patches)  # every Lease write is guarded
+
+
+def test_a_short_hint_gets_the_pass_on_its_own_pending_pods_and_a_long_one_does_not():
+    w, wall = hinted_world(t3_ads=200)  # the hold starts at WALL + 100
+    w.step()
+    tag = w.rsv.plan.gang_name
+    short, short_pod = backfiller(w, wall, "short", hint=100 - BACKFILL_MARGIN_S)  # ends a margin before: in
+    long, long_pod = backfiller(w, wall, "long", hint=100 - BACKFILL_MARGIN_S + 1)  # one second too long: out
+    bound, bound_pod = backfiller(w, wall, "bound", hint=1, bound=True)  # already bound: never relabelled
+    for bf in (short, long, bound):
+        w.clock.tick()
+        bf.step(S.RESERVED)
+    assert pass_of(w, short_pod) == tag and pass_of(w, long_pod) is None and pass_of(w, bound_pod) is None
+    patched = [c[1][2] for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Pod"]
+    assert patched == [short_pod, long_pod]  # the bound pod is never patched
+    for p in (short_pod, long_pod):  # the first decision lifts the gate: scheduled as usual, with or without pass
+        assert not w.kube.objects[("Pod", p)]["spec"].get("schedulingGates")
+    assert w.kube.objects[("Pod", "t1")]["metadata"]["labels"] == {}  # nobody else's pod is touched
+    wall.now_s += 5  # still pending 5 s later: it would now end inside the hold, so the pass goes
+    w.clock.tick()
+    short.step(S.RESERVED)
+    assert pass_of(w, short_pod) is None
+
+
+def test_a_driver_clock_behind_the_kubelets_is_covered_by_the_margin():
+    w, wall = hinted_world(t3_ads=200)  # the hold starts at WALL + 100 on the kubelet's clock
+    w.step()
+    wall.now_s = WALL - 25  # the backfilling driver's clock runs 25 s behind
+    bf, pod = backfiller(w, wall, "skewed", hint=96)  # by its clock it ends at WALL + 71, truly at WALL + 96
+    bf.step(S.RESERVED)
+    assert pass_of(w, pod) is None  # 96 + 30 > 100 + 25: refused, although it would truly end before the start
+    bf2, pod2 = backfiller(w, wall, "skewed2", hint=95)  # truly ends at WALL + 95, before the start
+    bf2.step(S.RESERVED)
+    assert pass_of(w, pod2) == w.rsv.plan.gang_name
+
+
+def test_before_its_swap_the_holder_revokes_passes_still_pending_then_swaps():
+    w, wall = hinted_world(t3_ads=200)
+    w.step()
+    bf, pod = backfiller(w, wall, "late", hint=10)
+    bf.step(S.RESERVED)
+    assert pass_of(w, pod) == w.rsv.plan.gang_name
+    del w.kube.objects[("Pod", "t3")]  # t3 ends early: room on every held node now
+    w.step()
+    assert pass_of(w, pod) is None and not w.guard.swapped  # revoked first; no gang pod patched yet
+    assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_START] == f"{WALL:.0f}"  # starts now
+    w.clock.tick()
+    bf.step(S.RESERVED)
+    assert pass_of(w, pod) is None  # the backfiller reads "starts now" and does not put it back
+    w.step()
+    assert w.guard.swapped
+
+
+def test_freeing_the_lease_clears_the_estimated_start():
+    w, _ = hinted_world()
+    w.step()
+    w.clock.tick(91)
+    w.step()  # past max-hold
+    lease = w.lease()
+    assert "holderIdentity" not in lease["spec"]
+    assert not (lease["metadata"].get("annotations") or {}).get(ANNOTATION_GUARD_START)
+
+
+def test_without_the_rights_to_backfill_the_gang_is_made_as_usual_ungated():
+    kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
+    said: list[str] = []
+    rsv = reserve(kube, gang(gpus(8, 1), backend="none", expected_runtime_s=60), time.time(), progress=said.append)
+    spec = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
+    assert "schedulingGates" not in spec["template"]["spec"] and Backfill.of(rsv, time.monotonic, print) is None
+    assert any("backfill off" in m for m in said)
+
+
+def test_a_lease_read_forbidden_later_still_lifts_the_gate_without_a_pass():
+    from raygpu.errors import ForbiddenError
+    w, wall = hinted_world()
+    w.step()
+    bf, pod = backfiller(w, wall, "norbac", hint=1)
+    w.kube.fail("get", ForbiddenError("403"), when=lambda *a: a[1] == "Lease")
+    bf.step(S.RESERVED)
+    assert pass_of(w, pod) is None and not w.kube.objects[("Pod", pod)]["spec"].get("schedulingGates")
+
+
+def test_the_decision_is_said_once_while_only_its_numbers_change():
+    w, wall = hinted_world()
+    w.step()
+    bf, _ = backfiller(w, wall, "long", hint=600)
+    for _ in range(3):
+        w.clock.tick()
+        wall.now_s += 2
+        bf.step(S.RESERVED)
+    assert sum(m.startswith("backfill: no pass") for m in w.said) == 1
