@@ -3,7 +3,9 @@
 Policies ``pods`` and ``raycluster-gang`` place pods as plain KubeRay / a
 per-RayCluster gang would; ``raygpu`` plans each gang with
 ``raygpu.plan.gang.plan_gang`` when it arrives, giving it the free GPUs per
-node at that moment (``free=``), and admits its pods all-or-nothing. The
+node at that moment (``free=``: its pool's nodes only), and admits its pods
+all-or-nothing. In every policy a gang goes only to its node pool's nodes
+(``Job.pool``, ``benchmarks._gang_admission_pools``); singles anywhere. The
 fourth policy (``raygpu+guard``) is ``benchmarks._gang_admission_guard``.
 Simulated seconds, not timings.
 """
