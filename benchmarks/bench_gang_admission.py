@@ -113,6 +113,11 @@ COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
            ("partial_gpu_h", "half-placed GPU-h", ".1f"), ("held_idle_gpu_h", "held idle GPU-h", ".1f"),
            ("deadlocks", "deadlocks", "d"), ("gave_up", "gave up", "d"), ("makespan_h", "makespan h", ".1f")]
 
+GUARD_COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
+                 ("reservations", "reservations", "d"), ("max_reservations_at_once", "most at once", "d"),
+                 ("started_by_reservation", "started by one", "d"), ("reservation_timeouts", "timed out", "d"),
+                 ("backfilled", "backfilled jobs", "d"), ("held_idle_gpu_h", "held idle GPU-h", ".1f")]
+
 
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per (size, seed, share): the guard's p95 gang wait over the best other policy's, and whether <= GOAL."""
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("best_other", "best other", ""), ("best_other_p95_s", "its p95 s", ".0f"),
                        ("guard_p95_s", "guard p95 s", ".0f"), ("ratio", "ratio", ".2f"),
                        ("held_idle_gpu_h", "held idle GPU-h", ".1f"), ("goal_met", "met", "")])
+    print("\nthe guard's reservations (at most one per pool at a time)")
+    print_table([r for r in rows if r["policy"] == "raygpu+guard"], GUARD_COLUMNS)
     met = sum(g["goal_met"] for g in goal)
     print(f"goal met in {met} of {len(goal)} runs")
     for p in plots:
