@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.no_plot and seed == seeds[0]:
                     suffix = "_quick" if size == "quick" else ""
                     plots.append(plot(samples, f"gang_admission_allocation_share{int(share * 100)}{suffix}.png",
-                                      f"openb cluster ({len(free)} nodes, {int(free.sum())} GPUs), {n_jobs} jobs, "
+                                      f"openb cluster ({len(free)} nodes, {int(free.sum())} GPUs, {n_pools} pools), {n_jobs} jobs, "
                                       f"{share:.0%} gangs, offered load {args.load}, seed {seed}"))
     elapsed = time.perf_counter() - t0
     goal = verdicts(rows)
