@@ -3,7 +3,9 @@
 Policies ``pods`` and ``raycluster-gang`` place pods as plain KubeRay / a
 per-RayCluster gang would; ``raygpu`` plans each gang with
 ``raygpu.plan.gang.plan_gang`` when it arrives, giving it the free GPUs per
-node at that moment (``free=``), and admits its pods all-or-nothing. The
+node at that moment (``free=``: its pool's nodes only), and admits its pods
+all-or-nothing. In every policy a gang goes only to its node pool's nodes
+(``Job.pool``, ``benchmarks._gang_admission_pools``); singles anywhere. The
 fourth policy (``raygpu+guard``) is ``benchmarks._gang_admission_guard``.
 Simulated seconds, not timings.
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchmarks._common import OPENB, percentile, read_csv
+from benchmarks._gang_admission_pools import ANYWHERE, PoolMasks, gang_pool
 from raygpu.model.gang import GangRequest, NodeFree
 from raygpu.model.raycluster import RayClusterView
 from raygpu.plan.gang import plan_gang
@@ -50,6 +53,7 @@ class Job:
     start: float | None = None
     retries: int = 0
     queued: float = 0.0  # when it (re)joined the queue: seniority for the guard's election
+    pool: int = ANYWHERE  # node pool a gang is pinned to (benchmarks._gang_admission_pools); singles: anywhere
 
 
 def load_cluster(quick: bool) -> np.ndarray:
@@ -69,7 +73,9 @@ def load_tasks() -> list[tuple[str, int, float]]:
     return out
 
 
-def make_jobs(n_jobs: int, cluster_gpus: int, load: float, seed: int, gang_share: float) -> list[Job]:
+def make_jobs(n_jobs: int, cluster_gpus: int, load: float, seed: int, gang_share: float,
+              n_pools: int = 1) -> list[Job]:
+    """The replay's jobs; each gang pinned to pool ``crc32(name) % n_pools`` (the draws do not depend on it)."""
     tasks = load_tasks()
     multi = [t for t in tasks if t[1] > 1]
     single = [t for t in tasks if t[1] == 1]
@@ -90,7 +96,8 @@ def make_jobs(n_jobs: int, cluster_gpus: int, load: float, seed: int, gang_share
     t, jobs = 0.0, []
     for i, (name, k, g, dur) in enumerate(shapes):
         t += rnd.expovariate(rate)
-        jobs.append(Job(i, name, t, dur, k, g, gang=k > 1, queued=t))
+        jobs.append(Job(i, name, t, dur, k, g, gang=k > 1, queued=t,
+                        pool=gang_pool(name, n_pools) if k > 1 else ANYWHERE))
     return jobs
 
 
@@ -121,8 +128,10 @@ def fit_all(free: np.ndarray, pods: list[int]) -> list[int] | None:
 
 
 class Sim:
-    def __init__(self, policy: str, free: np.ndarray, jobs: list[Job], give_up_s: float) -> None:
+    def __init__(self, policy: str, free: np.ndarray, jobs: list[Job], give_up_s: float,
+                 pools: np.ndarray | None = None) -> None:
         self.policy, self.free, self.total = policy, free.copy(), int(free.sum())
+        self.pools = PoolMasks(np.zeros(len(free), dtype=np.int64) if pools is None else pools)
         self.jobs, self.give_up_s = jobs, give_up_s
         self.running_held = np.zeros_like(free)  # GPUs of running jobs, per node
         self.running: dict[int, float] = {}  # jid -> end time
@@ -149,11 +158,17 @@ class Sim:
                 j.gate = math.ceil(j.k / 2) if (policy == "raycluster-gang" and j.gang) else 0
             self.push(j.arrive, 1, j.jid)
 
-    def free_view(self) -> tuple[NodeFree, ...]:
-        """What each node can bind now, as plan_gang reads it (nodes of one (free, total) shape given once)."""
+    def avail(self, j: Job, per_node: np.ndarray | None = None) -> np.ndarray:
+        """``per_node`` (default: the free GPUs) where ``j`` may go: 0 outside a pinned gang's pool."""
+        return self.pools.only(j.pool, self.free if per_node is None else per_node)
+
+    def free_view(self, pool: int = ANYWHERE) -> tuple[NodeFree, ...]:
+        """What each node (of ``pool``) can bind now, as plan_gang reads it (nodes of one (free, total) shape given once)."""
         big = {"cpu": 1e9, "memory": 1e18}  # CPU and memory are not modelled
         shapes: dict[tuple[int, int], int] = {}
-        for f, c in zip(self.free.tolist(), self.cap.tolist()):
+        mask = self.pools.nodes(pool)
+        free, cap = (self.free, self.cap) if mask is None else (self.free[mask], self.cap[mask])
+        for f, c in zip(free.tolist(), cap.tolist()):
             shapes[f, c] = shapes.get((f, c), 0) + 1
         return tuple(NodeFree(free={"nvidia.com/gpu": f, **big}, allocatable={"nvidia.com/gpu": c, **big}, count=n)
                      for (f, c), n in sorted(shapes.items()))
@@ -162,7 +177,7 @@ class Sim:
         """plan_gang for gang ``j`` now: its pods (GPUs each), admitted all-or-nothing."""
         req = GangRequest(name=j.name, cluster="jobs", bundles=[{"GPU": float(j.g)}] * j.k, strategy="PACK")
         t0 = time.perf_counter()
-        plan = plan_gang(req, self.cluster, free=self.free_view())
+        plan = plan_gang(req, self.cluster, free=self.free_view(j.pool))  # its RayCluster sees its pool only
         self.plan_s += time.perf_counter() - t0
         self.plan_calls += 1
         size = int(plan.need.k8s_requests["nvidia.com/gpu"])
@@ -203,14 +218,14 @@ class Sim:
                 still.append(j)
                 continue
             if j.gate:  # all-or-nothing part
-                where = fit_all(self.free, j.pods[: j.gate])
+                where = fit_all(self.avail(j), j.pods[: j.gate])
                 if where is not None:
                     for n in where:
                         self.place(j, 0, n)
                     j.gate = 0
             if not j.gate:
                 while j.pods:
-                    n = first_fit(self.free, j.pods[0])
+                    n = first_fit(self.avail(j), j.pods[0])
                     if n < 0:
                         break
                     self.place(j, 0, n)
@@ -231,7 +246,7 @@ class Sim:
         if not any(j.placed for j in self.waiting):
             return False
         avail = self.free + self.running_held  # every running job finished; partial holdings stay
-        return not any(fit_all(avail, j.pods) is not None for j in self.waiting)
+        return not any(fit_all(self.avail(j, avail), j.pods) is not None for j in self.waiting)
 
     def run(self) -> dict[str, object]:
         last_t = 0.0

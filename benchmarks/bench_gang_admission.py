@@ -36,10 +36,18 @@ Policies (placement is first-fit over nodes in trace order, FIFO over jobs):
   template and packing, given the free GPUs per node at that moment), and the
   pods are admitted all-or-nothing.
 * ``raygpu+guard``: ``raygpu`` plus the starvation guard of issue 11 item 2:
-  one reservation per scope for the oldest blocked gang, held GPUs counted as
-  held idle, max-hold, backfill by runtime hint (see
-  ``benchmarks/_gang_admission_guard.py``; ASSUMPTION: every job's hint is its
-  exact duration).
+  one reservation per scope (node pool) for the oldest blocked gang, held GPUs
+  counted as held idle, max-hold, backfill by runtime hint (see
+  ``benchmarks/_gang_admission_guard.py``; ASSUMPTION: a hint is the job's
+  exact duration). ``--backfill all`` (default): every job has a hint and may
+  backfill; ``gangs``: the product's rule, only raygpu gangs have hints and
+  backfill, singles' ends are unknown; ``none`` (alias ``--no-hints``).
+
+Node pools (``--pools P``; default full 8, quick 1): nodes round-robin into P
+pools, each gang pinned to pool crc32(name) % P in every policy (a RayCluster
+with a nodeSelector), singles anywhere; the guard's scope is a pool
+(``benchmarks/_gang_admission_pools.py``). Full 8 makes pools of ~152 nodes,
+the size of the quick cluster; P = 1 is the whole cluster as one scope.
 
 A gang that has held pods for ``--give-up-s`` (1 h) without starting gives
 them back and is resubmitted at the back of the queue (a RayJob deadline plus
@@ -55,6 +63,7 @@ guard's p95 gang wait <= 0.8 x the best other policy's, per run.
     python -m benchmarks.bench_gang_admission            # 1,213 nodes, 6,000 jobs, 20% gangs
     python -m benchmarks.bench_gang_admission --quick    # 152 nodes, 1,200 jobs, 20% gangs
     python -m benchmarks.bench_gang_admission --sizes full quick --seeds 1 2 3   # the table of docs/benchmarks.md
+    python -m benchmarks.bench_gang_admission --sizes full quick --seeds 1 2 3 --backfill gangs   # the product's rule
     python -m benchmarks.bench_gang_admission --json
 """
 
@@ -65,7 +74,8 @@ import json
 import time
 
 from benchmarks._common import machine, machine_line, need_traces, print_table, save_plot
-from benchmarks._gang_admission_guard import GuardSim
+from benchmarks._gang_admission_guard import BACKFILL, GuardSim
+from benchmarks._gang_admission_pools import node_pools
 from benchmarks._gang_admission_sim import NODES_CSV, POLICIES, TASKS_CSV, Sim, load_cluster, make_jobs
 
 def plot(samples: dict[str, list[tuple[float, float, float]]], path_name: str, title: str) -> str:
@@ -91,11 +101,22 @@ def plot(samples: dict[str, list[tuple[float, float, float]]], path_name: str, t
 
 
 GOAL = 0.8
-COLUMNS = [("size", "size", ""), ("seed", "seed", "d"), ("policy", "policy", ""),
+ASSUMPTIONS = {
+    "all": "raygpu+guard: every job's runtime hint is its exact trace duration; every job may backfill",
+    "gangs": ("raygpu+guard: only raygpu gangs have runtime hints (exact) and backfill; singles' ends are unknown "
+              "and singles never use held GPUs (the product's rule)"),
+    "none": "raygpu+guard: no runtime hints, no backfill",
+}
+COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"), ("policy", "policy", ""),
            ("gang_wait_p50_s", "gang p50 s", ".0f"), ("gang_wait_p95_s", "gang p95 s", ".0f"),
            ("single_wait_p95_s", "single p95 s", ".0f"), ("mean_running_gpu_frac", "GPU busy", ".3f"),
            ("partial_gpu_h", "half-placed GPU-h", ".1f"), ("held_idle_gpu_h", "held idle GPU-h", ".1f"),
            ("deadlocks", "deadlocks", "d"), ("gave_up", "gave up", "d"), ("makespan_h", "makespan h", ".1f")]
+
+GUARD_COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
+                 ("reservations", "reservations", "d"), ("max_reservations_at_once", "most at once", "d"),
+                 ("started_by_reservation", "started by one", "d"), ("reservation_timeouts", "timed out", "d"),
+                 ("backfilled", "backfilled jobs", "d"), ("held_idle_gpu_h", "held idle GPU-h", ".1f")]
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
@@ -110,6 +131,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
         ratio = guard["gang_wait_p95_s"] / best if best > 0 else float("inf")
         out.append({"size": size, "seed": seed, "gang_share": share, "best_other": best_pol,
                     "best_other_p95_s": best, "guard_p95_s": guard["gang_wait_p95_s"], "ratio": round(ratio, 3),
+                    "pools": guard["pools"], "held_idle_gpu_h": guard["held_idle_gpu_h"],
                     "goal_met": ratio <= GOAL and guard["partial_gpu_h"] == 0})
     return out
 
@@ -124,13 +146,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=1.1, help="offered GPU load as a fraction of the cluster")
     ap.add_argument("--give-up-s", type=float, default=3600.0, help="a gang holding pods this long without starting gives up")
     ap.add_argument("--max-hold-s", type=float, default=900.0, help="the guard's raygpu.io/max-hold")
-    ap.add_argument("--no-hints", action="store_true", help="the guard without runtime hints (no backfill)")
+    ap.add_argument("--backfill", choices=BACKFILL, default=None,
+                    help="who may use held GPUs: all (every job has an exact hint; default), gangs (the product's "
+                         "rule: raygpu gangs with expected_runtime_s only), none")
+    ap.add_argument("--no-hints", action="store_true", help="the guard without runtime hints (= --backfill none)")
+    ap.add_argument("--pools", type=int, default=None,
+                    help="node pools = guard scopes; gangs pinned to one in every policy (default full 8, quick 1)")
     ap.add_argument("--gang-share", type=float, nargs="+", default=None,
                     help="fraction(s) of jobs drawn from the multi-GPU tasks (default 0.2)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
+    if args.no_hints and args.backfill not in (None, "none"):
+        ap.error("--no-hints is --backfill none")
+    backfill = "none" if args.no_hints else (args.backfill or "all")
     if not need_traces(NODES_CSV, TASKS_CSV):
         return 0
     sizes = args.sizes or (["quick"] if args.quick else ["full"])
@@ -140,21 +170,23 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for size in sizes:
         free = load_cluster(size == "quick")
-        clusters[size] = {"nodes": int(len(free)), "gpus": int(free.sum())}
+        n_pools = args.pools or (1 if size == "quick" else 8)
+        pools = node_pools(len(free), n_pools)
+        clusters[size] = {"nodes": int(len(free)), "gpus": int(free.sum()), "pools": n_pools}
         n_jobs = args.jobs or (1200 if size == "quick" else 6_000)
         for seed in seeds:
             for share in shares:
                 samples = {}
                 for pol in POLICIES:
-                    jobs = make_jobs(n_jobs, int(free.sum()), args.load, seed, share)
-                    sim = (GuardSim(free, jobs, args.give_up_s, args.max_hold_s, hints=not args.no_hints)
-                           if pol == "raygpu+guard" else Sim(pol, free, jobs, args.give_up_s))
-                    rows.append({"size": size, "seed": seed, "gang_share": share, **sim.run()})
+                    jobs = make_jobs(n_jobs, int(free.sum()), args.load, seed, share, n_pools)
+                    sim = (GuardSim(free, jobs, args.give_up_s, args.max_hold_s, backfill=backfill, pools=pools)
+                           if pol == "raygpu+guard" else Sim(pol, free, jobs, args.give_up_s, pools))
+                    rows.append({"size": size, "pools": n_pools, "seed": seed, "gang_share": share, **sim.run()})
                     samples[pol] = sim.alloc_samples
                 if not args.no_plot and seed == seeds[0]:
                     suffix = "_quick" if size == "quick" else ""
                     plots.append(plot(samples, f"gang_admission_allocation_share{int(share * 100)}{suffix}.png",
-                                      f"openb cluster ({len(free)} nodes, {int(free.sum())} GPUs), {n_jobs} jobs, "
+                                      f"openb cluster ({len(free)} nodes, {int(free.sum())} GPUs, {n_pools} pools), {n_jobs} jobs, "
                                       f"{share:.0%} gangs, offered load {args.load}, seed {seed}"))
     elapsed = time.perf_counter() - t0
     goal = verdicts(rows)
@@ -163,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
               "cluster": clusters[sizes[0]], "clusters": clusters,
               "params": {"jobs": args.jobs or (1200 if sizes[0] == "quick" else 6_000), "load": args.load,
                          "gang_shares": shares, "give_up_s": args.give_up_s, "seeds": seeds, "sizes": sizes,
-                         "max_hold_s": args.max_hold_s, "hints": not args.no_hints},
-              "assumption": ("raygpu+guard: every job's runtime hint is its exact trace duration" if not args.no_hints
-                             else "raygpu+guard: no runtime hints, no backfill"),
+                         "max_hold_s": args.max_hold_s, "hints": backfill != "none", "backfill": backfill,
+                         "pools": {k: v["pools"] for k, v in clusters.items()}},
+              "assumption": ASSUMPTIONS[backfill],
               "elapsed_s": round(elapsed, 2), "plots": plots, "rows": rows, "goal": goal}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    where = ", ".join(f"{k} {v['nodes']} nodes / {v['gpus']} GPUs" for k, v in clusters.items())
+    where = ", ".join(f"{k} {v['nodes']} nodes / {v['gpus']} GPUs / {v['pools']} pools" for k, v in clusters.items())
     print(f"gang admission replay (simulated seconds): {where}; jobs per run: full 6,000, quick 1,200; "
           f"offered load {args.load}, give-up {args.give_up_s:.0f}s, seeds {seeds}, gang share {shares}, "
           f"max-hold {args.max_hold_s:.0f}s")
@@ -178,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_line(result["machine"]) + f"; simulated in {elapsed:.1f}s")
     print_table(rows, COLUMNS)
     print(f"\ngoal: raygpu+guard p95 gang wait <= {GOAL} x the best other policy's, 0 half-placed GPU-h")
-    print_table(goal, [("size", "size", ""), ("seed", "seed", "d"), ("best_other", "best other", ""),
-                       ("best_other_p95_s", "its p95 s", ".0f"), ("guard_p95_s", "guard p95 s", ".0f"),
-                       ("ratio", "ratio", ".2f"), ("goal_met", "met", "")])
+    print_table(goal, [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
+                       ("best_other", "best other", ""), ("best_other_p95_s", "its p95 s", ".0f"),
+                       ("guard_p95_s", "guard p95 s", ".0f"), ("ratio", "ratio", ".2f"),
+                       ("held_idle_gpu_h", "held idle GPU-h", ".1f"), ("goal_met", "met", "")])
+    print("\nthe guard's reservations (at most one per pool at a time)")
+    print_table([r for r in rows if r["policy"] == "raygpu+guard"], GUARD_COLUMNS)
     met = sum(g["goal_met"] for g in goal)
     print(f"goal met in {met} of {len(goal)} runs")
     for p in plots:

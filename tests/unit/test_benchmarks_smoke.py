@@ -52,6 +52,8 @@ def test_gang_admission_quick() -> None:
     assert all(r["plan_gang_calls"] == r["gangs"] for r in raygpu)  # every gang went through plan_gang
     guard = [r for r in rows if r["policy"] == "raygpu+guard"]
     assert all(r["held_idle_gpu_h"] >= 0 and r["reservations"] >= r["started_by_reservation"] for r in guard)
+    assert result["params"]["backfill"] == "all" and result["clusters"]["quick"]["pools"] == 1  # quick: one scope
+    assert all(r["pools"] == 1 and r["max_reservations_at_once"] <= 1 for r in guard)
     assert [(g["size"], g["seed"]) for g in result["goal"]] == [("quick", result["params"]["seeds"][0])] * len(shares)
 
 
