@@ -23,6 +23,10 @@ before each run; collections during a run are timed.
    exponent: 1.0 is linear). The planners pause Python's cyclic garbage
    collector while they run (``raygpu.plan.collector``); the column "GC on"
    times the same cycle with the collector running, as before that change.
+   Two yardsticks that do not depend on the box (``benchmarks/_decision_reference.py``):
+   "ref", one plain pass that reads every pod, Ray node and node once (the
+   box's cost of touching the data: total/ref compares boxes), and the Python
+   lines the cycle executes, counted (linear work shows as constant lines/node).
 2. **Like for like**: ``plan_reclaim`` and Ray's
    ``ResourceDemandScheduler.schedule`` (ray 2.60, autoscaler v2) on the same
    state, built from the same snapshot (one ``AutoscalerInstance`` per Ray
@@ -56,6 +60,7 @@ import os
 import time
 
 from benchmarks._common import machine, machine_line, print_table, save_plot
+from benchmarks._decision_reference import executed_lines, reference_pass
 from benchmarks.bench_reconcile import NOW_S, synthetic_snapshot
 from raygpu.model.gang import GangRequest
 from raygpu.model.raycluster import RayClusterView
@@ -284,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         del ix
         total = measure(lambda: cycle(snap, rc, policy, gcl, reqs), args.runs)
         gc_on = measure(lambda: cycle(snap, rc, policy, gcl, reqs, unpaused=True), args.runs)
+        ref = measure(lambda: reference_pass(snap), args.runs)
+        with collector_paused():
+            lines = executed_lines(lambda: cycle(snap, rc, policy, gcl, reqs))
         recl = timed["reclaim"]
         row = {"nodes": n, "ray_nodes": len(snap.ray.nodes), "gpus": 8 * n, "pending_pgs": len(snap.ray.placement_groups),
                "load_avg_1m": load, "reclaim_deletes": len(recl[2].deleted_pods),
@@ -292,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{key}_ms"], row[f"{key}_wall_ms"] = round(cpu * 1e3, 2), round(wall * 1e3, 2)
         row["raygpu_total_ms"], row["raygpu_total_wall_ms"] = round(total[0] * 1e3, 2), round(total[1] * 1e3, 2)
         row["gc_on_total_ms"], row["gc_on_total_wall_ms"] = round(gc_on[0] * 1e3, 2), round(gc_on[1] * 1e3, 2)
+        row["reference_ms"] = round(ref[0] * 1e3, 2)
+        row["total_over_reference"] = round(total[0] / ref[0], 2) if ref[0] > 0 else None
+        row["lines"], row["lines_per_node"] = lines, round(lines / n, 1)
         row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
         rows.append(row)
         for state in STATES:
@@ -329,13 +340,15 @@ def main(argv: list[str] | None = None) -> int:
                     ray_note[state] = f"not run: stopped at a smaller size ({why[len('not run: '):]})"
             comparison.append(c)
     fits = {key: fit([(r["nodes"], r[f"{key}_ms"]) for r in rows])
-            for key in ("index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total")}
+            for key in ("index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total", "reference")}
+    lines_fit = fit([(r["nodes"], r["lines"] / 1e3) for r in rows])  # (nodes, thousands of lines)
     plots = []
     if not args.no_plot:
         plots.append(plot(rows, comparison, "decision_cost_quick.png" if args.quick else "decision_cost.png",
                           f"decision cost per cycle, CPU ms, min of {args.runs} runs (synthetic states)"))
     result = {"benchmark": "decision_cost", "runs": args.runs, "machine": machine(), "data": "synthetic",
-              "ray_budget_s": args.ray_budget_s, "plots": plots, "rows": rows, "comparison": comparison, "fits": fits}
+              "ray_budget_s": args.ray_budget_s, "plots": plots, "rows": rows, "comparison": comparison, "fits": fits,
+              "lines_fit": lines_fit}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -347,11 +360,18 @@ def main(argv: list[str] | None = None) -> int:
                        ("index_ms", "index", ".1f"), ("reconcile_ms", "reconcile", ".1f"), ("reclaim_ms", "reclaim", ".1f"),
                        ("gang_ms", "gang", ".1f"), ("raygpu_total_ms", "total CPU ms", ".1f"),
                        ("raygpu_total_wall_ms", "total wall ms", ".1f"), ("gc_on_total_ms", "GC on CPU ms", ".1f"),
+                       ("reference_ms", "ref ms", ".1f"), ("total_over_reference", "total/ref", ".1f"),
+                       ("lines_per_node", "lines/node", ".1f"),
                        ("load_avg_1m", "load", ".2f"), ("load_avg_1m_after", "load after", ".2f")])
+    print("  ref = one plain pass reading every pod, Ray node and node once (benchmarks/_decision_reference.py):"
+          " this box's cost of touching the data; lines = Python lines the cycle executes (counted, not timed)")
     for key, f in fits.items():
         if f:
             print(f"  {key}: {f['ms_per_1000_nodes']:.1f} ms per 1,000 nodes (least squares), "
                   f"log-log exponent {f['loglog_exponent']:.2f} (1.0 = linear)")
+    if lines_fit:
+        print(f"  lines executed: {lines_fit['ms_per_1000_nodes']:.1f} thousand per 1,000 nodes (least squares), "
+              f"log-log exponent {lines_fit['loglog_exponent']:.3f} (1.0 = linear)")
     print("\n2. plan_reclaim vs Ray's ResourceDemandScheduler.schedule(), same state (CPU ms)")
     print_table(comparison, [("nodes", "nodes", "d"), ("state", "state", "s"), ("raygpu_ms", "plan_reclaim", ".1f"),
                              ("ray_ms", "Ray schedule", ".1f"), ("ray_over_raygpu", "Ray/raygpu", ".2f"),

@@ -69,7 +69,10 @@ def test_decision_cost_quick() -> None:
                     "gc_on_total_ms"):
             assert r[key] > 0, key
         assert r["reclaim_deletes"] > 0  # the idle workers were found
-    assert set(result["fits"]) == {"index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total"}
+        assert r["reference_ms"] > 0 and r["total_over_reference"] > 1  # the cycle does more than read the data
+        assert r["lines"] > 100 * r["nodes"] and r["lines_per_node"] == round(r["lines"] / r["nodes"], 1)
+    assert set(result["fits"]) == {"index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total", "reference"}
+    assert result["lines_fit"]["loglog_exponent"] <= 1.05  # linear work, counted
     assert [(c["nodes"], c["state"]) for c in result["comparison"]] == [
         (n, s) for n in (50, 100) for s in ("none", "scale-up", "worst")]
     for c in result["comparison"]:
