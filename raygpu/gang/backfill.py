@@ -21,9 +21,8 @@ from typing import Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, ForbiddenError
-from raygpu.gang.guard import GUARD_EVERY_S, LEASE
+from raygpu.gang.guard import GUARD_EVERY_S, read_lease
 from raygpu.model.gang import GangPlan, ReservationState
-from raygpu.model.guard import LeaseView
 from raygpu.model.labels import BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION, dns_label
 from raygpu.plan.backfill import decide_backfill
 
@@ -71,10 +70,9 @@ class Backfill:
 
     def _step(self) -> None:
         try:
-            raw = self.kube.get(*LEASE, self.lease_name, self.plan.namespace)
+            lease = read_lease(self.kube, self.lease_name, self.plan.namespace)
         except ForbiddenError:
-            raw = None  # (rights taken away since reserve asked) no pass; the gate is still lifted below
-        lease = LeaseView.from_k8s(raw) if raw else None
+            lease = None  # (rights taken away since reserve asked) no pass; the gate is still lifted below
         d = decide_backfill(self.plan.gang_name, lease.holder if lease else "",
                             lease.estimated_start_s if lease else None, self.expected_runtime_s, self.wall())
         if d.pass_for != self.said or not self.reason:  # said when the decision changes, not its numbers

@@ -289,8 +289,7 @@ class Guard:
 
     # ----------------------------------------------------------------- Lease
     def _read_lease(self) -> LeaseView | None:
-        raw = self.kube.get(*LEASE, self.lease_name, self.plan.namespace)
-        return LeaseView.from_k8s(raw) if raw else None
+        return read_lease(self.kube, self.lease_name, self.plan.namespace)
 
     def _create_lease(self) -> None:
         t = _micro_time()
@@ -393,3 +392,9 @@ def _by_node(pods: list[K8sPodView]) -> dict[str, list[K8sPodView]]:
             out.setdefault(p.node_name, []).append(p)
     return out
 
+
+def read_lease(kube: KubeAdapter, name: str, namespace: str) -> LeaseView | None:
+    """The scope's Lease as the guard reads it; None when there is none. The holder and the backfill
+    (``gang.backfill``) read it the same way."""
+    raw = kube.get(*LEASE, name, namespace)
+    return LeaseView.from_k8s(raw) if raw else None

@@ -34,11 +34,22 @@ PREFERRED_WEIGHT = 100  # the most a preferred affinity term weighs
 HOSTNAME = "kubernetes.io/hostname"
 
 
-def affinity_term(plan: GangPlan) -> dict[str, Any]:
-    """The pod affinity term: pods of this reservation, one domain of ``plan.topology.key``."""
-    assert plan.topology is not None
-    return {"labelSelector": {"matchLabels": {LABEL_RESERVATION: plan.reservation_group}},
-            "topologyKey": plan.topology.key}
+def affinity_term(plan: GangPlan, key: str | None = None) -> dict[str, Any]:
+    """The pod affinity term: pods of this reservation, one domain of ``key`` (default ``plan.topology.key``)."""
+    if key is None:
+        assert plan.topology is not None
+        key = plan.topology.key
+    return {"labelSelector": {"matchLabels": {LABEL_RESERVATION: plan.reservation_group}}, "topologyKey": key}
+
+
+def _pod_affinity(template: dict[str, Any]) -> dict[str, Any]:
+    """The pod ``template``'s podAffinity, made where missing (its own terms kept)."""
+    return template.setdefault("spec", {}).setdefault("affinity", {}).setdefault("podAffinity", {})
+
+
+def _prefer(template: dict[str, Any], term: dict[str, Any]) -> None:
+    _pod_affinity(template).setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+        {"weight": PREFERRED_WEIGHT, "podAffinityTerm": term})
 
 
 def add_pod_affinity(template: dict[str, Any], plan: GangPlan) -> None:
@@ -46,13 +57,11 @@ def add_pod_affinity(template: dict[str, Any], plan: GangPlan) -> None:
     template's own affinity terms (mutated in place). Does nothing without ``plan.topology``."""
     if plan.topology is None:
         return
-    spec = template.setdefault("spec", {})
-    affinity = spec.setdefault("affinity", {}).setdefault("podAffinity", {})
     if plan.topology.required:
-        affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(affinity_term(plan))
+        _pod_affinity(template).setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(
+            affinity_term(plan))
     else:
-        affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
-            {"weight": PREFERRED_WEIGHT, "podAffinityTerm": affinity_term(plan)})
+        _prefer(template, affinity_term(plan))
 
 
 def add_pack_affinity(template: dict[str, Any], plan: GangPlan) -> None:
@@ -61,10 +70,7 @@ def add_pack_affinity(template: dict[str, Any], plan: GangPlan) -> None:
     for SPREAD/STRICT_SPREAD (they spread on purpose) and STRICT_PACK (always one pod)."""
     if plan.strategy is not Strategy.PACK or plan.pod_count < 2:
         return
-    affinity = template.setdefault("spec", {}).setdefault("affinity", {}).setdefault("podAffinity", {})
-    affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
-        {"weight": PREFERRED_WEIGHT, "podAffinityTerm": {
-            "labelSelector": {"matchLabels": {LABEL_RESERVATION: plan.reservation_group}}, "topologyKey": HOSTNAME}})
+    _prefer(template, affinity_term(plan, HOSTNAME))
 
 
 def kueue_annotations(template: dict[str, Any], plan: GangPlan) -> None:
