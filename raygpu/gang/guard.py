@@ -394,7 +394,6 @@ def _by_node(pods: list[K8sPodView]) -> dict[str, list[K8sPodView]]:
 
 
 def read_lease(kube: KubeAdapter, name: str, namespace: str) -> LeaseView | None:
-    """The scope's Lease as the guard reads it; None when there is none. The holder and the backfill
-    (``gang.backfill``) read it the same way."""
+    """The scope's Lease (None: there is none), as the holder and the backfill (``gang.backfill``) read it."""
     raw = kube.get(*LEASE, name, namespace)
     return LeaseView.from_k8s(raw) if raw else None
