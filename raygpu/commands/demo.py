@@ -36,6 +36,12 @@ def _say(msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from raygpu.testing.testbed_lock import hold_testbed_lock
+    with hold_testbed_lock(progress=_say):  # the whole demo: no one restarts the testbed under it (docs/testbed.md)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from raygpu.demo import deadlock
     from raygpu.model.labels import LABEL_POOL
     from raygpu.testing import addons

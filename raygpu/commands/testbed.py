@@ -29,6 +29,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from raygpu.testing.controlplane import Testbed, run_dir
+    from raygpu.testing.testbed_lock import hold_testbed_lock
     try:
         flag = args.kubernetes
         if flag is None and args.action == "status":  # describe what runs, whatever its version
@@ -37,12 +38,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a bad $RAYGPU_TESTBED_KUBERNETES
         print(f"raygpu testbed: {exc}", file=sys.stderr)
         return 2
+    say = lambda m: print(f"[testbed] {m}", file=sys.stderr, flush=True)  # noqa: E731
     if args.action == "up":
-        st = tb.up(progress=lambda m: print(f"[testbed] {m}", file=sys.stderr, flush=True))
+        with hold_testbed_lock(progress=say):  # not while another run uses it (docs/testbed.md)
+            st = tb.up(progress=say)
         _print_status(st, args.json)
         return 0
     if args.action == "down":
-        stopped = tb.down(quiet=True)
+        with hold_testbed_lock(progress=say):
+            stopped = tb.down(quiet=True)
         print(json.dumps({"stopped": stopped}) if args.json else
               (f"stopped {len(stopped)} components: {', '.join(stopped)}" if stopped else "testbed was not running"))
         return 0

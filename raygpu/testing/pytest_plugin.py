@@ -5,6 +5,7 @@
   before any test). Reuses a running one of that version started by this checkout
   (``raygpu testbed up --kubernetes X``), else starts it and stops it at the end.
   If it cannot start, every test that needs it errors with the reason: nothing is skipped.
+  Holds the testbed lock for the session unless an outer run holds it (``raygpu.testing.testbed_lock``).
 * ``ns`` (function): a fresh namespace, deleted afterwards.
 * ``pool`` (function): nodes private to the test (label ``raygpu.io/pool``),
   removed afterwards; ``pool.add({"n1": "h100x8"})``.
@@ -25,6 +26,7 @@ import pytest
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons, components
 from raygpu.testing.controlplane import Testbed
+from raygpu.testing.testbed_lock import hold_testbed_lock
 
 
 # A local Ray cluster started by a test (ray.cluster_utils.Cluster, ray.init()) would otherwise write
@@ -53,14 +55,16 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def testbed():
-    tb = Testbed()
-    started_here = False
-    if not tb.is_up():
-        tb.up(progress=lambda m: print(f"[testbed] {m}", flush=True))
-        started_here = True
-    yield tb
-    if started_here:
-        tb.down(quiet=True)
+    say = lambda m: print(f"[testbed] {m}", flush=True)  # noqa: E731
+    with hold_testbed_lock(progress=say):  # the whole session: no one restarts the testbed under it
+        tb = Testbed()
+        started_here = False
+        if not tb.is_up():
+            tb.up(progress=say)
+            started_here = True
+        yield tb
+        if started_here:
+            tb.down(quiet=True)
 
 
 @pytest.fixture
