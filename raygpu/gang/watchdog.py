@@ -65,7 +65,8 @@ class Watchdog:
             try:  # after ray.shutdown() (Ray's atexit hook included) Ray removed it with the job: not an error
                 self._ray.remove_placement_group(self.placement_group)
             except Exception as e:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
-                None if isinstance(e, RayDisconnected) else self._progress(f"removing the Ray placement group failed: {e}")
+                if not isinstance(e, RayDisconnected):
+                    self._progress(f"removing the Ray placement group failed: {e}")
 
     def _watch(self) -> None:
         failures = 0

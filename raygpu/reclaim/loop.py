@@ -28,6 +28,7 @@ One cycle, in order:
 8. The outcome: ``applied`` when anything was written, ``error`` when a release failed and nothing else happened.
 
 ``cycle`` never raises: every failure is a ``CycleOutcome`` and a log line, and the next cycle starts afresh.
+Its configuration and result types live in ``raygpu.reclaim.report`` (imported here, as before).
 """
 
 from __future__ import annotations
@@ -35,15 +36,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Callable
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError, TransientError
 from raygpu.model.cycle import CycleState
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.gc import DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcPlan, ReservationRecord
+from raygpu.model.gc import GcAction, GcPlan, ReservationRecord
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.labels import KEY_RECLAIM
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
@@ -58,54 +57,13 @@ from raygpu.reclaim.drain import DrainMemory, Drain, drain_workers
 from raygpu.reclaim.memory import GcMemory
 from raygpu.adapters.kube_watch import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
+from raygpu.reclaim.report import BeforeApply, CycleOutcome, CycleReport, SidecarConfig
 from raygpu.reclaim.warm import WarmKeeper
 
 log = logging.getLogger("raygpu.sidecar")
 
 MAX_IMMEDIATE_REPLANS = 5  # conflicts in a row re-planned at once; then the normal interval
 CONFLICT_WAIT_S = 5.0  # how long to wait for the watch to deliver the write that beat us
-
-
-class CycleOutcome(str, Enum):
-    NOT_SYNCED = "not-synced"  # the watch cache has not listed everything yet: no plan
-    NO_CLUSTER = "no-cluster"  # the RayCluster does not exist (yet, or any more)
-    OFF = "off"  # raygpu.io/reclaim: off
-    IDLE = "nothing-to-do"  # planned; nothing to delete or release
-    DRY_RUN = "dry-run"  # planned and reported, nothing written
-    APPLIED = "applied"  # something was written
-    CONFLICT = "conflict"  # the RayCluster changed under the plan: re-plan now
-    ERROR = "error"  # a write or a read failed; the next cycle re-plans
-
-
-@dataclass
-class SidecarConfig:
-    namespace: str
-    cluster: str
-    ray_address: str
-    interval_s: float = 10.0
-    startup_grace_s: float = 120.0
-    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
-    ray_timeout_s: float = 10.0
-
-
-@dataclass
-class CycleReport:
-    outcome: CycleOutcome
-    mode: ReclaimMode | None = None
-    plan: ReclaimPlan | None = None
-    gc: GcPlan | None = None
-    deleted_pods: tuple[str, ...] = ()  # put in workersToDelete by this cycle
-    released: tuple[str, ...] = ()  # reservation ConfigMaps released by this cycle
-    error: str | None = None
-    duration_s: float = 0.0
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def replan_now(self) -> bool:
-        return self.outcome is CycleOutcome.CONFLICT
-
-
-BeforeApply = Callable[[ReclaimPlan], None]
 
 
 class Reclaimer:
