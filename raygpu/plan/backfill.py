@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 from raygpu.model.base import Frozen
 from raygpu.model.labels import ANNOTATION_EXPECTED_RUNTIME, LABEL_RESERVATION
 from raygpu.model.views import K8sPodView
+from raygpu.plan.free_index import fits
 
 BACKFILL_MARGIN_S = 30.0  # clock skew between kubelets and drivers (NTP keeps it far below), plus start-up slack
 _ENDED = ("Succeeded", "Failed")
@@ -46,10 +47,6 @@ def pod_end_s(pod: K8sPodView, now_s: float) -> float | None:
     return max(now_s, (pod.started_at_s or now_s) + min(bounds))
 
 
-def _fits(need: Mapping[str, float], have: Mapping[str, float]) -> bool:
-    return all(v <= have.get(r, 0.0) + 1e-9 for r, v in need.items() if v > 0)
-
-
 def fit_time_s(allocatable: Mapping[str, float], pods: Sequence[K8sPodView], need: Mapping[str, float],
                now_s: float) -> float | None:
     """The earliest time ``need`` fits on a node of ``allocatable`` whose bound pods are ``pods``: ``now_s``
@@ -61,13 +58,13 @@ def fit_time_s(allocatable: Mapping[str, float], pods: Sequence[K8sPodView], nee
     for p in live:
         for r, v in p.requests.items():
             free[r] = free.get(r, 0.0) - v
-    if _fits(need, free):
+    if fits(need, free):
         return now_s
     known = sorted(((e, p) for p in live if (e := pod_end_s(p, now_s)) is not None), key=lambda x: x[0])
     for end, p in known:
         for r, v in p.requests.items():
             free[r] = free.get(r, 0.0) + v
-        if _fits(need, free):
+        if fits(need, free):
             return end
     return None
 

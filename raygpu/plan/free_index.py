@@ -18,14 +18,14 @@ Pure helpers, no I/O; shared by the pending-placement-group simulation
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 EPS = 1e-9
 FREE, CAND = "free", "cand"
 
 
-def fits(demand: dict[str, float], have: dict[str, float]) -> bool:
+def fits(demand: Mapping[str, float], have: Mapping[str, float]) -> bool:
     """Every positive demand is covered by ``have`` (missing keys count as 0)."""
     return all(have.get(k, 0.0) + EPS >= v for k, v in demand.items() if v > 0)
 

@@ -16,6 +16,7 @@ from raygpu.model.gc import ReservationRecord
 from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
 from raygpu.model.views import K8sPodView
 from raygpu.plan.backfill import fit_time_s
+from raygpu.plan.free_index import fits
 
 
 class LeaseAction(str, Enum):
@@ -64,10 +65,6 @@ def decide_lease(me: str, lease: LeaseView | None, gangs: Sequence[WaitingGang],
     return LeaseDecision(action=LeaseAction.WAIT, reason=f"{lease.holder} holds the scope")
 
 
-def _fits(need: Mapping[str, float], have: Mapping[str, float]) -> bool:
-    return all(v <= have.get(r, 0.0) + 1e-9 for r, v in need.items() if v > 0)
-
-
 def choose_nodes(pod_requests: Mapping[str, float], pod_count: int, nodes: Sequence[NodeFree],
                  gpu_resource: str | None, pods: Mapping[str, Sequence[K8sPodView]] | None = None,
                  now_s: float = 0.0) -> tuple[str, ...] | None:
@@ -85,7 +82,7 @@ def choose_nodes(pod_requests: Mapping[str, float], pod_count: int, nodes: Seque
     out: list[str] = []
     never = float("inf")
     for _ in range(pod_count):
-        fitting = [n for n in nodes if _fits(pod_requests, left[n.name])]
+        fitting = [n for n in nodes if fits(pod_requests, left[n.name])]
         if not fitting:
             return None
         key = gpu_resource or "cpu"
@@ -152,7 +149,7 @@ def plan_hold(units: Sequence[HoldUnit], blockers: Sequence[Blocker], free: Mapp
     """
     by_name = {b.name: b for b in blockers}
     blocked = sum(1 for u in units if (b := by_name.get(u.name)) is not None and b.holds and b.node == u.node)
-    short = tuple(n for n in sorted(need) if n not in free or not _fits(need[n], free[n]))
+    short = tuple(n for n in sorted(need) if n not in free or not fits(need[n], free[n]))
     if held_for_s > max_hold_s:
         return HoldStep(timed_out=True, blocked=blocked, wanted=len(units), short=short,
                         reason=f"{blocked}/{len(units)} nodes blocked, {len(short)} still short of room for the "
