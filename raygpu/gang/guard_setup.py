@@ -49,8 +49,7 @@ def guard_policy_for(kube: KubeAdapter, guard: bool | None, annotations: dict[st
 def wire_guard(spec: dict[str, Any]) -> None:
     """Make a guarded reservation's worker group spec wait for the guard: its pods are created gated
     (``raygpu.io/guard``), so none binds before the swap (mutated in place). Their priority is the user's."""
-    pod = spec["template"].setdefault("spec", {})
-    pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": GUARD_GATE}]
+    _add_gate(spec, GUARD_GATE)
 
 
 def backfill_allowed(kube: KubeAdapter, namespace: str, progress: Callable[[str], None]) -> bool:
@@ -75,5 +74,10 @@ def wire_hint(spec: dict[str, Any], expected_runtime_s: float | None, gate: bool
     md = spec["template"].setdefault("metadata", {})
     md["annotations"] = {**(md.get("annotations") or {}), ANNOTATION_EXPECTED_RUNTIME: f"{expected_runtime_s:g}"}
     if gate:
-        pod = spec["template"].setdefault("spec", {})
-        pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": BACKFILL_GATE}]
+        _add_gate(spec, BACKFILL_GATE)
+
+
+def _add_gate(spec: dict[str, Any], name: str) -> None:
+    """Append the scheduling gate ``name`` to a worker group spec's pod template, keeping the template's own."""
+    pod = spec["template"].setdefault("spec", {})
+    pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": name}]
