@@ -185,8 +185,9 @@ def measure(fn, runs: int) -> tuple[float, float, object]:
     return cpu, wall, out
 
 
-def fit(points: list[tuple[int, float]]) -> dict[str, float] | None:
-    """Least-squares ms per 1,000 nodes and the log-log exponent (1.0: linear) of (nodes, ms) points."""
+def fit(points: list[tuple[int, float]], per: str = "ms_per_1000_nodes") -> dict[str, float] | None:
+    """Least-squares slope per 1,000 nodes (named ``per``: ms for (nodes, ms) points) and the log-log exponent
+    (1.0: linear)."""
     if len(points) < 2:
         return None
     xs, ys = [p[0] for p in points], [p[1] for p in points]
@@ -195,7 +196,7 @@ def fit(points: list[tuple[int, float]]) -> dict[str, float] | None:
     lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-9)) for y in ys]
     mlx, mly = sum(lx) / len(lx), sum(ly) / len(ly)
     exponent = sum((a - mlx) * (b - mly) for a, b in zip(lx, ly)) / sum((a - mlx) ** 2 for a in lx)
-    return {"ms_per_1000_nodes": round(slope * 1000, 2), "loglog_exponent": round(exponent, 3)}
+    return {per: round(slope * 1000, 2), "loglog_exponent": round(exponent, 3)}
 
 
 def ray_should_run(done: list[tuple[int, float]], n: int, budget_s: float, cap: int | None) -> str | None:
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             comparison.append(c)
     fits = {key: fit([(r["nodes"], r[f"{key}_ms"]) for r in rows])
             for key in ("index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total", "reference")}
-    lines_fit = fit([(r["nodes"], r["lines"] / 1e3) for r in rows])  # (nodes, thousands of lines)
+    lines_fit = fit([(r["nodes"], r["lines"] / 1e3) for r in rows], per="thousand_lines_per_1000_nodes")
     plots = []
     if not args.no_plot:
         plots.append(plot(rows, comparison, "decision_cost_quick.png" if args.quick else "decision_cost.png",
@@ -370,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {key}: {f['ms_per_1000_nodes']:.1f} ms per 1,000 nodes (least squares), "
                   f"log-log exponent {f['loglog_exponent']:.2f} (1.0 = linear)")
     if lines_fit:
-        print(f"  lines executed: {lines_fit['ms_per_1000_nodes']:.1f} thousand per 1,000 nodes (least squares), "
+        print(f"  lines executed: {lines_fit['thousand_lines_per_1000_nodes']:.1f} thousand per 1,000 nodes (least squares), "
               f"log-log exponent {lines_fit['loglog_exponent']:.3f} (1.0 = linear)")
     print("\n2. plan_reclaim vs Ray's ResourceDemandScheduler.schedule(), same state (CPU ms)")
     print_table(comparison, [("nodes", "nodes", "d"), ("state", "state", "s"), ("raygpu_ms", "plan_reclaim", ".1f"),

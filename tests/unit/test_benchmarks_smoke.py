@@ -73,6 +73,7 @@ def test_decision_cost_quick() -> None:
         assert r["lines"] > 100 * r["nodes"] and r["lines_per_node"] == round(r["lines"] / r["nodes"], 1)
     assert set(result["fits"]) == {"index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total", "reference"}
     assert result["lines_fit"]["loglog_exponent"] <= 1.05  # linear work, counted
+    assert result["lines_fit"]["thousand_lines_per_1000_nodes"] > 100  # a count, named as one (not "ms")
     assert [(c["nodes"], c["state"]) for c in result["comparison"]] == [
         (n, s) for n in (50, 100) for s in ("none", "scale-up", "worst")]
     for c in result["comparison"]:
