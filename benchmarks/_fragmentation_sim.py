@@ -17,7 +17,7 @@ from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.model.views import Snapshot
 from raygpu.plan.doctor.stranded import stranded_gpus
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders import cluster_view, snap
 
 MiB = 2**20

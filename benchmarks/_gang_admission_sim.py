@@ -2,7 +2,7 @@
 
 Policies ``pods`` and ``raycluster-gang`` place pods as plain KubeRay / a
 per-RayCluster gang would; ``raygpu`` plans each gang with
-``raygpu.plan.gang.plan_gang`` when it arrives, giving it the free GPUs per
+``raygpu.plan.gang.reservation.plan_gang`` when it arrives, giving it the free GPUs per
 node at that moment (``free=``: its pool's nodes only), and admits its pods
 all-or-nothing. In every policy a gang goes only to its node pool's nodes
 (``Job.pool``, ``benchmarks._gang_admission_pools``); singles anywhere. The
@@ -25,7 +25,7 @@ from benchmarks._common import OPENB, percentile, read_csv
 from benchmarks._gang_admission_pools import ANYWHERE, PoolMasks, gang_pool
 from raygpu.model.gang import GangRequest, NodeFree
 from raygpu.model.raycluster import RayClusterView
-from raygpu.plan.gang import plan_gang
+from raygpu.plan.gang.reservation import plan_gang
 from raygpu.testing.builders import cluster_view
 
 GiB = 2**30

@@ -17,7 +17,7 @@ from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimMode, ReclaimPolicy
 from raygpu.model.views import PgState, ResourceDemand, Snapshot
 from raygpu.model.warm import WarmHistory, WarmSettings
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders import cluster_view, snap
 
 GROUP = "gpu"

@@ -1,4 +1,4 @@
-"""The idle-reclaim benchmark's keep-warm policies: ``auto`` (raygpu.plan.warm, the sidecar's code) and the
+"""The idle-reclaim benchmark's keep-warm policies: ``auto`` (raygpu.plan.reclaim.warm, the sidecar's code) and the
 perfect-foresight ``oracle``, both applied through ``plan_reclaim``'s ``warm_targets``.
 
 ``auto`` learns what the sidecar would see each step (``demand_by_group`` on the snapshot, which carries
@@ -16,7 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from raygpu.model.reclaim import ReclaimPolicy
-from raygpu.plan.warm import demand_by_group, plan_warm, record
+from raygpu.plan.reclaim.warm import demand_by_group, plan_warm, record
 
 if TYPE_CHECKING:
     from benchmarks._idle_reclaim_sim import Sim

@@ -21,7 +21,7 @@ before each run; collections during a run are timed.
    timed alone and the cycle as a whole (its total); a least-squares line and a
    log-log fit over the sizes give its growth (ms per 1,000 nodes, and the
    exponent: 1.0 is linear). The planners pause Python's cyclic garbage
-   collector while they run (``raygpu.plan.collector``); the column "GC on"
+   collector while they run (``raygpu.plan.common.collector``); the column "GC on"
    times the same cycle with the collector running, as before that change.
    Two yardsticks that do not depend on the box (``benchmarks/_decision_reference.py``):
    "ref", one plain pass that reads every pod, Ray node and node once (the
@@ -66,11 +66,11 @@ from raygpu.model.gang import GangRequest
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.model.views import PgState, PlacementGroupView, Snapshot
-from raygpu.plan.collector import collector_paused
+from raygpu.plan.common.collector import collector_paused
 from raygpu.plan.doctor.reconcile import reconcile
-from raygpu.plan.gang import gang_templates, plan_gang
-from raygpu.plan.index import index_snapshot
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.gang.reservation import gang_templates, plan_gang
+from raygpu.plan.doctor.checks_index import index_snapshot
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders import cluster_view
 
 GiB = 2**30
@@ -162,16 +162,32 @@ def ray_request(snap: Snapshot, n: int, state: str):
 
 def cycle(snap: Snapshot, rc: RayClusterView, policy: ReclaimPolicy, gcl: RayClusterView, reqs: list[GangRequest],
           unpaused: bool = False) -> None:
-    """One decision cycle on ``snap``: one index, then reconcile, plan_reclaim and plan_gang reading it.
+    """One decision cycle on ``snap``: one index, then reconcile, plan_reclaim and plan_gang reading it, with the
+    garbage collector paused around it as the sidecar pauses it.
 
-    ``unpaused``: the same calls with the garbage collector running (each planner's undecorated function)."""
-    call = (lambda f: getattr(f, "__wrapped__")) if unpaused else (lambda f: f)
-    ix = call(index_snapshot)(snap)
-    call(reconcile)(snap, NOW_S, index=ix)
-    call(plan_reclaim)(snap, rc, policy, NOW_S, index=ix)
+    ``unpaused``: the same calls with the garbage collector running (as ``plan_gang`` runs in a driver)."""
+    if unpaused:
+        return _cycle(snap, rc, policy, gcl, reqs)
+    with collector_paused():
+        return _cycle(snap, rc, policy, gcl, reqs)
+
+
+def _cycle(snap: Snapshot, rc: RayClusterView, policy: ReclaimPolicy, gcl: RayClusterView,
+           reqs: list[GangRequest]) -> None:
+    ix = index_snapshot(snap)
+    reconcile(snap, NOW_S, index=ix)
+    plan_reclaim(snap, rc, policy, NOW_S, index=ix)
     templates = gang_templates(gcl)
     for r in reqs:
-        call(plan_gang)(r, gcl, templates=templates)
+        plan_gang(r, gcl, templates=templates)
+
+
+def paused(fn):
+    """``fn`` with the garbage collector paused around it, as the sidecar runs its planners."""
+    def run():
+        with collector_paused():
+            return fn()
+    return run
 
 
 def measure(fn, runs: int) -> tuple[float, float, object]:
@@ -286,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         parts = {"index": lambda: index_snapshot(snap), "reconcile": lambda: reconcile(snap, NOW_S, index=ix),
                  "reclaim": lambda: plan_reclaim(snap, rc, policy, NOW_S, index=ix),
                  "gang": lambda: [plan_gang(r, gcl, templates=t) for t in [gang_templates(gcl)] for r in reqs]}
-        timed = {key: measure(fn, args.runs) for key, fn in parts.items()}
+        timed = {key: measure(paused(fn), args.runs) for key, fn in parts.items()}
         del ix
         total = measure(lambda: cycle(snap, rc, policy, gcl, reqs), args.runs)
         gc_on = measure(lambda: cycle(snap, rc, policy, gcl, reqs, unpaused=True), args.runs)
@@ -308,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         for state in STATES:
             s = with_pending(base, state_pgs(n, state))
-            cpu, wall, plan = measure(lambda: plan_reclaim(s, rc, policy, NOW_S), args.runs)
+            cpu, wall, plan = measure(paused(lambda: plan_reclaim(s, rc, policy, NOW_S)), args.runs)
             c = {"nodes": n, "state": state, "load_avg_1m": round(os.getloadavg()[0], 2),
                  "raygpu_ms": round(cpu * 1e3, 2), "raygpu_wall_ms": round(wall * 1e3, 2),
                  "raygpu_deletes": len(plan.deleted_pods), "ray_ms": None, "ray_wall_ms": None,

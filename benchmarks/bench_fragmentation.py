@@ -3,7 +3,7 @@
 A placement simulation whose stranded-GPU numbers come from the doctor's own
 arithmetic (``raygpu.plan.doctor.stranded.stranded_gpus``) and whose raygpu
 scale-down choice comes from the reclaimer itself
-(``raygpu.plan.reclaim.plan_reclaim``, which orders idle workers by
+(``raygpu.plan.reclaim.scale_down.plan_reclaim``, which orders idle workers by
 ``_defrag_key``: removals that free whole Kubernetes nodes first). Both are
 called on ``Snapshot`` / ``RayClusterView`` objects built from the simulated
 state; nothing of either is re-implemented here.

@@ -31,7 +31,7 @@ Policies (placement is first-fit over nodes in trace order, FIFO over jobs):
   scheduler-plugins / Kueue) gang the RayCluster's min size: ceil(k/2) pods
   (minReplicas) admitted all-or-nothing; the other pods come from the Ray
   autoscaler and are placed one by one.
-* ``raygpu``: ``raygpu.plan.gang.plan_gang`` turns each PG, when it arrives,
+* ``raygpu``: ``raygpu.plan.gang.reservation.plan_gang`` turns each PG, when it arrives,
   into pods of a RayCluster with 1/2/4/8-GPU worker groups (its own choice of
   template and packing, given the free GPUs per node at that moment), and the
   pods are admitted all-or-nothing.

@@ -42,12 +42,12 @@ Policies (scale-down only), run side by side in one run: ``ray-v2`` at each fixe
 * ``ray-v2``: the same ``schedule`` call with ``idle_timeout_s`` set; every
   ``to_terminate`` with cause ``IDLE`` is deleted (Ray skips an idle node that
   its own placement of the pending demands uses).
-* ``raygpu``: ``raygpu.plan.reclaim.plan_reclaim`` on a ``Snapshot`` (Ray nodes
+* ``raygpu``: ``raygpu.plan.reclaim.scale_down.plan_reclaim`` on a ``Snapshot`` (Ray nodes
   with ``idle_since_s``, the PG table, the pods) and a ``RayClusterView``;
   its ``deleted_pods`` are deleted. Ray's scheduler is then called with
   ``idle_timeout_s=None`` for the launches (the docs' setup: autoscaler
   scales up, raygpu scales down).
-* ``auto``: ``plan_reclaim`` with the keep-warm targets of ``raygpu.plan.warm``
+* ``auto``: ``plan_reclaim`` with the keep-warm targets of ``raygpu.plan.reclaim.warm``
   (the sidecar's code, fed what the sidecar would see; ``--quantile``, fallback
   ``--auto-fallback`` until enough history).
 * ``oracle``: the same, keeping warm the exact rise of future demand over the next

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.plan.patch import raycluster_patch, set_replicas
+from raygpu.plan.common.patch import raycluster_patch, set_replicas
 from raygpu.testing import manifests as m
 
 TENANTS = ("tenant-a", "tenant-b")

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from raygpu.doctor.render import render_text, report_dict
     from raygpu.errors import RayGpuError
     from raygpu.model.annotations import ReconcileMode, parse_cluster_policy
+    from raygpu.plan.common.collector import collector_paused
     from raygpu.plan.doctor.reconcile import DEFAULT_ORPHAN_GRACE_S, reconcile
 
     def fail(reason: str, code: int = 2) -> int:
@@ -124,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         from raygpu.doctor.snapshot import take_snapshot
         now = time.time()
         snap = scope_nodes(take_snapshot(kube, address, ns, cluster, now, with_nvml=args.nvml), selector)
-        return reconcile(snap, now, orphan_grace_s=grace, templates=templates), snap
+        with collector_paused():  # the doctor's own process: the caller's decision (plan/common/collector.py)
+            return reconcile(snap, now, orphan_grace_s=grace, templates=templates), snap
 
     report, snapshot = observe()
     notes += list(snapshot.k8s.notes)  # e.g. DRA not served: said once, the checks run as without it

@@ -17,7 +17,7 @@ from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import RayGpuError
 from raygpu.model.gang import NodeFree
 from raygpu.model.raycluster import RayClusterView
-from raygpu.plan.gang_free import free_by_template
+from raygpu.plan.gang.free import free_by_template
 
 BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 

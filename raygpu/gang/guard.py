@@ -46,7 +46,7 @@ from raygpu.model.labels import (ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOU
                                  PRIORITY_CLASS_BLOCKER, dns_label)
 from raygpu.model.views import K8sPodView
 from raygpu.plan.backfill import estimated_start_s
-from raygpu.plan.gang_shapes import free_nodes
+from raygpu.plan.gang.shapes import free_nodes
 from raygpu.plan.guard import LeaseAction, blocker_units, choose_nodes, decide_lease, need_by_node, plan_hold
 
 GUARD_EVERY_S = 2.0  # the guard's step (the watchdog's is 0.5 s): a few reads per step

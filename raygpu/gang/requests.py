@@ -10,7 +10,7 @@ from raygpu.gang.free import free_now
 from raygpu.model.gang import GangPlan, GangRequest
 from raygpu.model.topology import parse_topology_strategy
 from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION, dns_label
-from raygpu.plan.gang import plan_gang
+from raygpu.plan.gang.reservation import plan_gang
 
 
 def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, owner_job=None,

@@ -38,8 +38,8 @@ from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_EXPECTED_RUNTIM
                                  ANNOTATION_RESERVATION_STATE,
                                  KEY_GUARD_SCOPE, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
 from raygpu.model.views import K8sPodView
-from raygpu.plan.gang import plan_gang
-from raygpu.plan.patch import (add_worker_group, raycluster_patch, remove_worker_group, set_replicas,
+from raygpu.plan.gang.reservation import plan_gang
+from raygpu.plan.common.patch import (add_worker_group, raycluster_patch, remove_worker_group, set_replicas,
                                set_workers_to_delete)
 
 MAX_REPLANS = 5

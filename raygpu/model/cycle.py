@@ -1,6 +1,6 @@
 """One sidecar cycle as data: the state it observed, and the plan it made.
 
-``raygpu.plan.cycle.plan_cycle(state) -> CyclePlan`` is the sidecar's one
+``raygpu.plan.reclaim.cycle.plan_cycle(state) -> CyclePlan`` is the sidecar's one
 decision, like Ray autoscaler v2's ``schedule(SchedulingRequest) ->
 SchedulingReply``: everything the cycle saw goes in (the RayCluster, its pods
 and reservation ConfigMaps from the watch cache, Ray's view and job table, the

@@ -1,7 +1,7 @@
 """Gang reservations as data: the request, the plan, and the reservation lifecycle.
 
 A :class:`GangRequest` is what a driver asks for (Ray bundles + strategy); a
-:class:`GangPlan` is what ``raygpu.plan.gang.plan_gang`` decides (one worker
+:class:`GangPlan` is what ``raygpu.plan.gang.reservation.plan_gang`` decides (one worker
 group of ``n`` pods copied from one template group, and which bundle lands on
 which pod). :data:`ALLOWED_TRANSITIONS` is the whole reservation lifecycle in
 one table. Pure data: no I/O, no ray/kubernetes imports.
@@ -286,7 +286,7 @@ class NodeFree(Frozen):
     that is absent is 0); ``allocatable`` is the node's whole allocatable, so the
     planner can tell an untouched node (every resource free) from a fragment.
     The caller lists only the nodes the reservation's pods may use (selectors,
-    taints); ``raygpu.plan.gang_shapes.free_nodes`` builds the list from the
+    taints); ``raygpu.plan.gang.shapes.free_nodes`` builds the list from the
     Kubernetes views. Amounts must be finite (negative = overcommitted, treated
     as 0); ``count`` >= 1, so nodes of one shape can be given once.
     """

@@ -3,7 +3,7 @@
 The gang module keeps each reservation's state on a ConfigMap (see
 ``raygpu.gang.reservation``). The sidecar parses those ConfigMaps into
 :class:`ReservationRecord` as soon as they enter, and
-``raygpu.plan.gc.plan_gc`` turns them (with Ray's view, and what the sidecar
+``raygpu.plan.reclaim.gc.plan_gc`` turns them (with Ray's view, and what the sidecar
 saw when, :class:`SeenAt` and :class:`OrphanGroup`) into a :class:`GcPlan`:
 one :class:`GcDecision` per reservation, keep or release, with a reason.
 

@@ -22,7 +22,7 @@ KEY_GANG_TEMPLATE = "raygpu.io/gang-template"  # worker group reservations copy 
 KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"  # e.g. 300s, 10m: a worker idle that long is reclaimed; or auto
 IDLE_TIMEOUT_AUTO = "auto"  # the keep-warm policy learns each group's warm workers (docs/reclaimer.md)
 GROUP_IDLE_TIMEOUT_PREFIX = KEY_IDLE_TIMEOUT + "."  # raygpu.io/idle-timeout.<worker group>: per-group override
-# keep-warm knobs, read when an idle timeout is "auto" (raygpu.plan.warm; defaults in raygpu.model.warm)
+# keep-warm knobs, read when an idle timeout is "auto" (raygpu.plan.reclaim.warm; defaults in raygpu.model.warm)
 KEY_WARM_QUANTILE = "raygpu.io/warm-quantile"  # 0 < q <= 1 (default 0.8): quantile of the demand rise kept warm
 KEY_WARM_HISTORY = "raygpu.io/warm-history"  # a duration (default 6h): how far back demand samples count
 KEY_WARM_FALLBACK = "raygpu.io/warm-fallback"  # a duration (default 300s): idle timeout until enough samples

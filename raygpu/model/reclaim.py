@@ -47,7 +47,7 @@ class ReclaimPolicy(Frozen):
     # in workersToDelete (the patch after the drain did not land): deleted without waiting for the idle
     # timeout, as a Ray node in DRAINING state is; the drain, not the timeout, proved them idle.
     drained_pods: frozenset[str] = frozenset()
-    # Keep-warm (raygpu.io/idle-timeout: auto, raygpu.plan.warm): group -> idle workers to keep warm. Such a
+    # Keep-warm (raygpu.io/idle-timeout: auto, raygpu.plan.reclaim.warm): group -> idle workers to keep warm. Such a
     # group has no idle timeout; after every protection it keeps this many idle candidates (KEEP_WARM) and
     # deletes the rest. warm_reasons says why (quantile, window, numbers). Empty: no group in auto.
     warm_targets: dict[str, int] = Field(default_factory=dict)

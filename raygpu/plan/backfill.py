@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 from raygpu.model.base import Frozen
 from raygpu.model.labels import ANNOTATION_EXPECTED_RUNTIME, LABEL_RESERVATION
 from raygpu.model.views import K8sPodView
-from raygpu.plan.free_index import fits
+from raygpu.plan.common.free_index import fits
 
 BACKFILL_MARGIN_S = 30.0  # clock skew between kubelets and drivers (NTP keeps it far below), plus start-up slack
 _ENDED = ("Succeeded", "Failed")

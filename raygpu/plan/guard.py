@@ -16,7 +16,7 @@ from raygpu.model.gc import ReservationRecord
 from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
 from raygpu.model.views import K8sPodView
 from raygpu.plan.backfill import fit_time_s
-from raygpu.plan.free_index import fits
+from raygpu.plan.common.free_index import fits
 
 
 class LeaseAction(str, Enum):

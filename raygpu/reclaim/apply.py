@@ -26,7 +26,7 @@ from raygpu.gang.reservation import GROUP_ABSENT, GROUP_DRAINING, GROUP_REMOVED,
 from raygpu.model.gc import GcAction, GcDecision, is_reservation_group
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPlan
-from raygpu.plan.patch import guard_group_name, raycluster_patch, set_replicas, set_workers_to_delete
+from raygpu.plan.common.patch import guard_group_name, raycluster_patch, set_replicas, set_workers_to_delete
 
 
 def reclaim_patch(plan: ReclaimPlan) -> list[dict]:

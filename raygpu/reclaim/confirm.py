@@ -1,7 +1,7 @@
 """Confirming a garbage-collection release the watch cache suggested, with one live read, before writing it.
 
 The heartbeat and deadline rules of ``plan_gc`` (``NEEDS_LIVE_READ``) judge a reservation by what the watch
-cache has *not* seen change, and a hung watch leaves the cache synced but stale (``raygpu.plan.gc``). Before
+cache has *not* seen change, and a hung watch leaves the cache synced but stale (``raygpu.plan.reclaim.gc``). Before
 such a release the sidecar reads the state ConfigMap from the API server, as Kubernetes' own garbage collector
 reads an owner live before it deletes a dependent, and writes nothing unless the live object is the one it
 planned on, unchanged.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError
 from raygpu.model.gc import GcDecision, ReservationRecord, SeenAt
-from raygpu.plan.gc import changed_since_planned
+from raygpu.plan.reclaim.gc import changed_since_planned
 
 
 def confirm_release(kube: KubeAdapter, namespace: str, decision: GcDecision, planned: ReservationRecord | None,

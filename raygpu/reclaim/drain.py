@@ -24,7 +24,7 @@ from typing import Callable
 
 from raygpu.model.reclaim import ReclaimPlan
 from raygpu.model.views import K8sPodView, RayView
-from raygpu.plan.drain import drain_targets, keep_workers
+from raygpu.plan.reclaim.drain import drain_targets, keep_workers
 
 Drain = Callable[[str, str], "tuple[bool, str]"]  # (Ray node id, message) -> (accepted, why not)
 

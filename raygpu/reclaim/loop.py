@@ -4,7 +4,7 @@ One cycle, in order:
 
 1. Kubernetes view from the watch cache (no LIST): the RayCluster, its pods,
    its reservation ConfigMaps. Reservations are read before Ray on purpose
-   (see ``raygpu.plan.gc``).
+   (see ``raygpu.plan.reclaim.gc``).
 2. Policy from the RayCluster's annotations; each distinct bad value gives one
    ``InvalidAnnotation`` Event and its safe default. Mode ``off`` stops here.
 3. Ray's view from the GCS (nodes, placement groups) and its job table,
@@ -23,7 +23,7 @@ One cycle, in order:
    release each reservation of ``plan_gc`` with the gang module's release code, one step per cycle and never
    waiting: scale its group to zero, and once its pods are gone (a later cycle) remove the group and the
    ConfigMap (``apply_release``: errors are values). Only what the plan proved raygpu created is written (see
-   ``raygpu.plan.gc``); a release on heartbeat or deadline, judged from a cache a hung watch may leave stale,
+   ``raygpu.plan.reclaim.gc``); a release on heartbeat or deadline, judged from a cache a hung watch may leave stale,
    is first confirmed by a live read (``reclaim.confirm``).
 8. The outcome: ``applied`` when anything was written, ``error`` when a release failed and nothing else happened.
 
@@ -47,9 +47,10 @@ from raygpu.model.raycluster import RayClusterView
 from raygpu.model.labels import KEY_RECLAIM
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import RayView
-from raygpu.plan.cycle import plan_cycle
+from raygpu.plan.common.collector import collector_paused
+from raygpu.plan.reclaim.cycle import plan_cycle
 from raygpu.adapters.ray_gcs import drain_idle_node
-from raygpu.plan.gc import NEEDS_LIVE_READ
+from raygpu.plan.reclaim.gc import NEEDS_LIVE_READ
 from raygpu.plan.guard import guard_gauges
 from raygpu.reclaim.apply import ApplyStatus, ReleaseStatus, apply_reclaim, apply_release
 from raygpu.reclaim.confirm import confirm_release
@@ -148,8 +149,10 @@ class Reclaimer:
             return CycleReport(CycleOutcome.OFF, mode=mode)
         # 3. Observe Ray: nodes and placement groups, then the job table; one state in.
         state = self._warm.apply(self._observe(view, cluster, policy, now_s), self._cluster_policy)  # keep-warm
-        # 4. Plan, purely: reservations to release, then workers to remove; one plan out.
-        plan = plan_cycle(state)
+        # 4. Plan, purely: reservations to release, then workers to remove; one plan out. The sidecar owns its
+        # process, so it pauses the cyclic collector for the plan (plan/common/collector.py says why).
+        with collector_paused():
+            plan = plan_cycle(state)
         # 5. Report: decisions that changed, metrics. A dry run stops here.
         self._report(plan.reclaim, plan.gc, view, state.ray, mode, now_s)
         report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan.reclaim, gc=plan.gc)

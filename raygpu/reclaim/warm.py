@@ -41,7 +41,7 @@ from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sView, Snapshot
 from raygpu.model.warm import (MAX_STARTUP_SAMPLES, MAX_STATE_BYTES, GroupHistory, WarmHistory, WarmTarget,
                                decode_history, encode_history)
-from raygpu.plan.warm import demand_by_group, plan_warm, record
+from raygpu.plan.reclaim.warm import demand_by_group, plan_warm, record
 
 log = logging.getLogger("raygpu.sidecar")
 

@@ -14,7 +14,7 @@ import raygpu
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError
 from raygpu.model.labels import ANNOTATION_RESERVATION_STATE, LABEL_RESERVATION, LABEL_TESTBED_SHAPE
-from raygpu.plan.patch import raycluster_patch, set_replicas
+from raygpu.plan.common.patch import raycluster_patch, set_replicas
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import no_live_ray_pg, nothing_left

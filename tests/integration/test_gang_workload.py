@@ -90,7 +90,7 @@ def test_the_api_server_takes_the_topology_constraint_or_raygpu_says_it_dropped_
     without its constraint."""
     from raygpu.gang.backends.topology import scheduling_constraints
     from raygpu.model.topology import Topology
-    from raygpu.plan.gang import plan_gang
+    from raygpu.plan.gang.reservation import plan_gang
     from raygpu.testing.builders.clusters import cluster, gang, gpus
 
     view = cluster("c", ns).worker("gpu", gpus=8).obj()

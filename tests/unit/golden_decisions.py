@@ -45,8 +45,8 @@ RECORDED_TESTS = ("test_reconcile.py", "test_stranded.py", "test_plan_reclaim.py
 
 def planners() -> dict[str, Callable]:
     from raygpu.plan.doctor.reconcile import reconcile
-    from raygpu.plan.gang import plan_gang
-    from raygpu.plan.reclaim import plan_reclaim
+    from raygpu.plan.gang.reservation import plan_gang
+    from raygpu.plan.reclaim.scale_down import plan_reclaim
 
     return {"reconcile": reconcile, "plan_reclaim": plan_reclaim, "plan_gang": plan_gang}
 

@@ -14,7 +14,7 @@ from raygpu.gang.backends import WorkloadBackend, get_backend
 from raygpu.gang.backends.workload import choose_api_version
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
-from raygpu.plan.gang import plan_gang
+from raygpu.plan.gang.reservation import plan_gang
 
 W, PG, PC = "Workload", "PodGroup", "PriorityClass"
 BASE = cluster("c").worker("gpu", gpus=8)

@@ -14,8 +14,8 @@ from raygpu.gang.backends import (CoschedulingBackend, KueueBackend, NoneBackend
 from raygpu.gang.backends.base import format_quantity
 from raygpu.model.gang import Backend
 from raygpu.model.raycluster import RayClusterView
-from raygpu.plan.gang import plan_gang
-from raygpu.plan.patch import add_worker_group, raycluster_patch
+from raygpu.plan.gang.reservation import plan_gang
+from raygpu.plan.common.patch import add_worker_group, raycluster_patch
 
 BASE = cluster().worker("cpu", cpus=8).worker("gpu", gpus=8, cpus=96, memory="512Gi",
                                               sidecar={"cpu": "500m", "memory": "1Gi"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks._warm_schedule import prior_demand, schedule, summarize
 from raygpu.model.warm import WarmSettings
-from raygpu.plan.warm import plan_warm
+from raygpu.plan.reclaim.warm import plan_warm
 from raygpu.model.warm import GroupHistory, WarmHistory
 
 

@@ -16,7 +16,7 @@ from benchmarks.bench_decision_cost import (NOW_S, cycle, cycle_pgs, gang_cluste
                                             synthetic_snapshot, with_idle_workers, with_pending)
 from raygpu.model.gang import GangRequest
 from raygpu.model.reclaim import ReclaimPolicy
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 
 POLICY = ReclaimPolicy(idle_timeout_s=600.0, startup_grace_s=0.0)
 SIZES = (100, 200, 400)

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from golden_decisions import PLANNERS, canon, decode_args, load, run_case  # noqa: E402
 
 from raygpu.errors import PermanentError  # noqa: E402
-from raygpu.plan.gang import gang_templates, plan_gang  # noqa: E402
+from raygpu.plan.gang.reservation import gang_templates, plan_gang  # noqa: E402
 
 CASES = [(planner, case) for planner in PLANNERS for case in load(planner)]
 

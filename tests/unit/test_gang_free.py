@@ -9,7 +9,7 @@ from raygpu.gang.free import BOUND_AND_RUNNING
 from raygpu.gang.requests import gang_request
 from raygpu.gang.reservation import reserve
 from raygpu.model.views import K8sPodView
-from raygpu.plan.gang_free import free_by_template
+from raygpu.plan.gang.free import free_by_template
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.fake_kube import FakeKube
 

@@ -11,7 +11,7 @@ from raygpu.gang.backends.topology import HOSTNAME, PREFERRED_WEIGHT
 from raygpu.model.labels import LABEL_RESERVATION
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.topology import Topology
-from raygpu.plan.gang import plan_gang
+from raygpu.plan.gang.reservation import plan_gang
 
 BASE = cluster("c").worker("small", gpus=2)  # 2-GPU pods: PACK of n x {GPU: 2} is n pods
 WHOLE = cluster("c").worker("gpu", gpus=8)

@@ -12,7 +12,7 @@ from raygpu.testing.builders.clusters import cluster, gang
 
 from raygpu.errors import InfeasibleError, PermanentError
 from raygpu.model.gang import MAX_TIMEOUT_S, GangRequest
-from raygpu.plan.gang import plan_gang
+from raygpu.plan.gang.reservation import plan_gang
 
 
 def request(**kw) -> GangRequest:

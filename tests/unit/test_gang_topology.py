@@ -19,7 +19,7 @@ from raygpu.gang.reservation import reserve
 from raygpu.model.gang import GangPlan, Strategy
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.topology import Topology, parse_topology_strategy
-from raygpu.plan.gang import plan_gang
+from raygpu.plan.gang.reservation import plan_gang
 
 ZONE = "topology.kubernetes.io/zone"
 BASE = cluster("c").worker("gpu", gpus=8)

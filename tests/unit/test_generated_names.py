@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 
 from raygpu.model.labels import gang_name, reservation_group_name
-from raygpu.plan.gang import plan_gang
+from raygpu.plan.gang.reservation import plan_gang
 
 LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")  # a DNS label, also a valid label value
 

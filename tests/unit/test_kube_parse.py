@@ -10,7 +10,7 @@ import pytest
 
 from raygpu.adapters.kube import node_view, parse_each, pod_view
 from raygpu.model.raycluster import RayClusterView
-from raygpu.plan.capacity import template_capacity
+from raygpu.plan.gang.capacity import template_capacity
 from raygpu.errors import PermanentError
 from raygpu.testing.builders.recorded import RECORDED
 

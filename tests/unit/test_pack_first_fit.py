@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from raygpu.testing.builders.clusters import cluster
 
 from raygpu.model.gang import Bundle, Strategy
-from raygpu.plan.capacity import template_capacity
-from raygpu.plan.gang import _Candidate, _misfit, _pack
+from raygpu.plan.gang.capacity import template_capacity
+from raygpu.plan.gang.reservation import _Candidate, _misfit, _pack
 
 GROUP = cluster().worker("gpu", gpus=8, cpus=96, memory="512Gi").obj().worker_groups[0]
 CAND = _Candidate(GROUP, 0, template_capacity(GROUP))

@@ -15,8 +15,8 @@ from raygpu.model.gang import ALLOWED_TRANSITIONS, Backend, GangRequest, Reserva
     is_terminal
 from raygpu.model.shapes import GpuKind
 from raygpu.model.labels import reservation_group_name
-from raygpu.plan.gang import plan_gang
-from raygpu.plan.patch import add_worker_group, raycluster_patch, remove_worker_group, set_replicas, \
+from raygpu.plan.gang.reservation import plan_gang
+from raygpu.plan.common.patch import add_worker_group, raycluster_patch, remove_worker_group, set_replicas, \
     set_workers_to_delete
 
 GPU8 = cluster().worker("gpu", gpus=8, cpus=96, max_replicas=8)
@@ -293,7 +293,7 @@ def test_gang_templates_parse_the_cluster_policy_once_for_every_request():
     (the golden comparison in test_decision_equivalence.py covers every case)."""
     from raygpu.model.annotations import parse_cluster_policy
     from raygpu.model.labels import KEY_GANG_BACKEND
-    from raygpu.plan.gang import gang_templates
+    from raygpu.plan.gang.reservation import gang_templates
 
     view = cluster().worker("gpu", gpus=8).obj().model_copy(update={"annotations": {KEY_GANG_BACKEND: "volcano"}})
     t = gang_templates(view)
@@ -308,7 +308,7 @@ def test_one_templates_object_reuses_a_choice_only_for_an_equal_request():
     of one cycle, of different shapes and free capacity, interleaved, each plan as plan_gang alone makes it
     (names, reasons and notes are the request's own); an infeasible request still raises every time."""
     from raygpu.model.gang import NodeFree
-    from raygpu.plan.gang import gang_templates
+    from raygpu.plan.gang.reservation import gang_templates
 
     view = cluster().worker("small", gpus=2, cpus=16, max_replicas=1).worker("gpu", gpus=8, cpus=96).obj()
     t = gang_templates(view)

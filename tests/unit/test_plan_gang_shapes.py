@@ -1,4 +1,4 @@
-"""plan_gang's pod shapes for admission (raygpu.plan.gang_shapes): least waste first, then what binds now,
+"""plan_gang's pod shapes for admission (raygpu.plan.gang.shapes): least waste first, then what binds now,
 else the smallest pods; STRICT_PACK stays one pod. One line per case."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.errors import PermanentError
 from raygpu.model.gang import NodeFree
 from raygpu.model.views import K8sNodeView, K8sPodView
-from raygpu.plan.gang import plan_gang
-from raygpu.plan.gang_shapes import admission_fit, free_nodes
+from raygpu.plan.gang.reservation import plan_gang
+from raygpu.plan.gang.shapes import admission_fit, free_nodes
 
 GPU_K = "nvidia.com/gpu"
 

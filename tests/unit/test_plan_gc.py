@@ -8,7 +8,7 @@ from raygpu.model.gc import GcAction, GcReason, OrphanGroup, ReservationRecord, 
 from raygpu.model.labels import LABEL_RESERVATION
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.views import PgState, PlacementGroupView, RayView
-from raygpu.plan.gc import plan_gc
+from raygpu.plan.reclaim.gc import plan_gc
 
 NOW_S = 1_000_000.0
 RC_UID = "uid-rc"

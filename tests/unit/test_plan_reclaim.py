@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPolicy, ReclaimReason
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders.reclaim import NOW_S, world
 
 R = ReclaimReason
@@ -223,7 +223,7 @@ def test_pending_pg_that_fits_now_keeps_what_it_needs(case, w, expected):
 
 def test_a_placement_the_planner_cannot_prove_keeps_every_candidate_that_could_host_it(monkeypatch):
     """Out of search budget: neither a placement nor a proof there is none, so nothing it could use goes."""
-    import raygpu.plan.placement as placement
+    import raygpu.plan.reclaim.placement as placement
 
     monkeypatch.setattr(placement, "BUDGET", 0)
     p = plan(world().group("gpu", max_replicas=2, gpus=1).worker("w1", gpus=1, idle_for_s=IDLE, ray_labels={"zone": "a"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from raygpu.model.reclaim import ReclaimPolicy, ReclaimReason
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders.reclaim import NOW_S, world
 
 R = ReclaimReason
@@ -69,7 +69,7 @@ def test_pgs_that_cannot_fit_together_keep_only_what_the_first_needs():
 def test_a_joint_placement_the_planner_cannot_prove_keeps_every_candidate_the_pgs_could_use(monkeypatch):
     """Out of search budget for the joint search (one try: enough for each PG alone, not for two): neither a
     placement nor a proof, so every candidate that could host a bundle of a PG that fits alone stays."""
-    import raygpu.plan.placement as placement
+    import raygpu.plan.reclaim.placement as placement
 
     monkeypatch.setattr(placement, "BUDGET", 1)
     p = plan(_at_max(3).worker("busy", free_gpus=2, ray_labels={"zone": "a"}).worker("w0", gpus=2, idle_for_s=IDLE)

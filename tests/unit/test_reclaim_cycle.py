@@ -391,3 +391,22 @@ def test_apply_release_writes_only_what_is_proven_at_write_time():
     assert refused.status is ReleaseStatus.FAILED and "no proven state ConfigMap" in refused.error
     assert kube.patches == [] and kube.deleted == [] and kube.configmaps == {"rc-rg-a100"}
     assert groups(kube)["rg-a100"]["replicas"] == 1
+
+
+def test_the_sidecar_plans_its_cycle_with_the_collector_paused_and_restores_it(monkeypatch):
+    # the sidecar owns its process: it pauses the cyclic collector around plan_cycle (plan/common/collector.py)
+    import gc
+
+    import raygpu.reclaim.loop as loop
+
+    seen: list[bool] = []
+    real = loop.plan_cycle
+    monkeypatch.setattr(loop, "plan_cycle", lambda state: (seen.append(gc.isenabled()), real(state))[1])
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        assert reclaimer(fake_kube(RECORDED)).cycle().outcome is CycleOutcome.APPLIED
+        assert seen == [False]
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from raygpu.model.reclaim import DecisionAction
 from raygpu.model.views import PgState, PlacementGroupView, RayView
-from raygpu.plan.drain import keep_workers
+from raygpu.plan.reclaim.drain import keep_workers
 from raygpu.reclaim.drain import DrainMemory, drain_workers
 from raygpu.reclaim.loop import CycleOutcome
 from raygpu.testing.builders.recorded import ALL_IDLE, PODS, R, RECORDED, plan_on, ray_node, ray_view

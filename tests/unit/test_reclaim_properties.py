@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.model.views import PgState
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders.reclaim import NOW_S
 from raygpu.testing.builders.reclaim_gen import pending_pg_world, random_world
 from raygpu.testing.builders.recorded import ALL_IDLE, RECORDED, plan_on, ray_view

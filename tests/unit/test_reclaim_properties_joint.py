@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from raygpu.model.reclaim import ReclaimPolicy
 from raygpu.model.views import PgState
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders.reclaim import NOW_S
 from raygpu.testing.builders.reclaim_gen import competing_world
 from test_reclaim_properties import _picker, counted, describe, label_ok, violations

@@ -1,4 +1,4 @@
-"""One index per snapshot (``plan.index.index_snapshot``), shared by reconcile and plan_reclaim, decides as each
+"""One index per snapshot (``plan.doctor.checks_index.index_snapshot``), shared by reconcile and plan_reclaim, decides as each
 building its own: same reports, same plans, whichever reads the index first."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from test_reconcile_random import NOW_S, random_snapshot  # noqa: E402
 
 from raygpu.model.reclaim import ReclaimPolicy  # noqa: E402
 from raygpu.plan.doctor.reconcile import reconcile  # noqa: E402
-from raygpu.plan.index import index_snapshot, join_ray  # noqa: E402
-from raygpu.plan.reclaim import plan_reclaim  # noqa: E402
+from raygpu.plan.common.index import join_ray
+from raygpu.plan.doctor.checks_index import index_snapshot  # noqa: E402
+from raygpu.plan.reclaim.scale_down import plan_reclaim  # noqa: E402
 from raygpu.testing.builders import cluster_view  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The keep-warm policy (raygpu.plan.warm), pure: recorded histories in, targets and their reasons out."""
+"""The keep-warm policy (raygpu.plan.reclaim.warm), pure: recorded histories in, targets and their reasons out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from raygpu.model.views import ResourceDemand
 from raygpu.model.warm import (GroupHistory, WarmHistory, WarmSettings, decode_history, encode_history)
-from raygpu.plan.warm import demand_by_group, plan_warm, record, rises_over
+from raygpu.plan.reclaim.warm import demand_by_group, plan_warm, record, rises_over
 from raygpu.testing.builders.reclaim import NOW_S, world
 
 S = WarmSettings(quantile=0.8, history_s=6 * 3600, fallback_timeout_s=300, min_samples=30, step_s=60)

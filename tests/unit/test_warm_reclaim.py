@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raygpu.model.reclaim import DecisionAction, ReclaimPolicy, ReclaimReason
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders.reclaim import NOW_S, world
 
 R = ReclaimReason

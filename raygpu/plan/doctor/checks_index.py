@@ -44,7 +44,7 @@ from raygpu.plan.doctor.facts import (
     pod_gpu_map,
 )
 from raygpu.plan.doctor.tally import NodeShape, NodeTally, node_shape
-from raygpu.plan.index import RayJoin, join_ray
+from raygpu.plan.common.index import RayJoin, join_ray
 
 
 @dataclass
@@ -52,7 +52,7 @@ class SnapshotIndex:
     """Every lookup the checks need, keyed the way the views join. Built by :meth:`build`; read-only after."""
 
     snapshot: Snapshot
-    ray: RayJoin | None = None  # Ray's live nodes joined to pod names (``plan.index``: plan_reclaim reads it too)
+    ray: RayJoin | None = None  # Ray's live nodes joined to pod names (``plan.common.index``: plan_reclaim reads it too)
     nodes: dict[str, K8sNodeView] = field(default_factory=dict)
     tallies: dict[str, NodeTally] = field(default_factory=dict)  # by node name, snapshot order
     ray_pods: list[K8sPodView] = field(default_factory=list)  # Ray pods in scope, any phase
@@ -353,3 +353,8 @@ def is_ray_pod(pod: K8sPodView, scope: frozenset[str] | None) -> bool:
     if pod.ray_cluster is None and pod.ray_node_type is None:
         return False
     return scope is None or pod.ray_cluster is None or pod.ray_cluster in scope
+
+
+def index_snapshot(snapshot: Snapshot) -> SnapshotIndex:
+    """The one index of ``snapshot`` for a whole cycle: read it with ``reconcile`` and ``plan_reclaim``."""
+    return SnapshotIndex.build(snapshot)

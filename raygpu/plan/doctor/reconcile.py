@@ -26,7 +26,6 @@ from raygpu.model.views import Snapshot
 from raygpu.plan.doctor import checks_dra, checks_node, checks_ray
 from raygpu.plan.doctor.checks_index import SnapshotIndex
 from raygpu.plan.doctor.stranded import stranded_gpus
-from raygpu.plan.collector import pauses_collector
 
 DEFAULT_ORPHAN_GRACE_S = 120.0
 
@@ -62,7 +61,6 @@ def checks(now_s: float, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> tupl
     )
 
 
-@pauses_collector
 def reconcile(
     snapshot: Snapshot,
     now_s: float,
@@ -83,7 +81,7 @@ def reconcile(
     ``orphan_grace_s``: a Running pod younger than this is not an orphan yet.
     ``templates``: worker groups of the RayCluster, for the CPU/memory part of
     the stranded arithmetic (else the shapes of the Ray pods in the snapshot).
-    ``index``: ``plan.index.index_snapshot(snapshot)`` when the caller has it already (a cycle that also
+    ``index``: ``plan.doctor.checks_index.index_snapshot(snapshot)`` when the caller has it already (a cycle that also
     runs ``plan_reclaim`` on this snapshot builds it once for both); built here when not given.
     """
     unreachable = []

@@ -6,7 +6,7 @@ its group's ``scaleStrategy.workersToDelete`` and the group's ``replicas`` is
 lowered by the number of such pods (never below ``minReplicas``: at the
 minimum KubeRay deletes the pod and starts a fresh one in its place). The
 whole plan is ONE JSON patch whose first op tests the RayCluster's
-``resourceVersion`` (``raygpu.plan.patch``), so a concurrent writer (the Ray
+``resourceVersion`` (``raygpu.plan.common.patch``), so a concurrent writer (the Ray
 autoscaler, another raygpu) makes it fail instead of being overwritten.
 
 Everything else the doctor finds (phantom / stranded GPUs, taints, a broken
@@ -34,7 +34,7 @@ from raygpu.model.base import Frozen
 from raygpu.model.findings import DoctorReport, FindingKind
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sPodView
-from raygpu.plan.patch import raycluster_patch, set_replicas, set_workers_to_delete
+from raygpu.plan.common.patch import raycluster_patch, set_replicas, set_workers_to_delete
 
 EVENT_REASON = "RepairedOrphanPod"
 MAX_ORPHAN_FRACTION = 0.5

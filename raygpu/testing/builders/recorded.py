@@ -12,7 +12,7 @@ import json
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy, ReclaimReason
 from raygpu.model.views import K8sPodView, K8sView, RayNodeView, RayView, Snapshot
-from raygpu.plan.reclaim import plan_reclaim
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 
 NOW_S = 2_000_000.0
 R = ReclaimReason

@@ -48,12 +48,10 @@ from raygpu.model.gc import (DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcDecision, 
 from raygpu.model.labels import LABEL_RESERVATION
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import PgState, RayView
-from raygpu.plan.collector import pauses_collector
 
 _TERMINAL = {ReservationState.RELEASED.value, ReservationState.ROLLED_BACK.value}
 
 
-@pauses_collector
 def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s: float, *,
             cluster: RayClusterView, jobs: Mapping[str, bool] | None = None,
             heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,

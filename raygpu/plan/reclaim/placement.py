@@ -7,7 +7,7 @@ the PG, PACK and SPREAD one per bundle anywhere (both are best effort in Ray:
 any placement that fits will do). Largest GPU demand first.
 
 ``find_placement(units, index, ...)`` searches a
-:class:`~raygpu.plan.free_index.FreeIndex` depth first for a node per unit. It
+:class:`~raygpu.plan.common.free_index.FreeIndex` depth first for a node per unit. It
 is exact: nodes of one bucket (same labels and free resources) that the
 search has not touched yet are interchangeable, so one of each bucket is tried,
 plus every node it already used. It stops after ``budget`` tries and then says
@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from raygpu.model.views import PlacementGroupView
-from raygpu.plan.free_index import CAND, FREE, FreeIndex, fits, matches_all
+from raygpu.plan.common.free_index import CAND, FREE, FreeIndex, fits, matches_all
 
 UNKNOWN = "unknown"  # the search ran out of budget: neither a placement nor a proof there is none
 BUDGET = 2_000

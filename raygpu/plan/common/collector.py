@@ -1,11 +1,15 @@
-"""Python's cyclic garbage collector, paused while a pure planner runs (docs/decisions.md, "GC paused").
+"""Python's cyclic garbage collector, paused around a decision cycle by a caller that owns its process.
 
 A decision cycle at 10,000 nodes reads a snapshot of ~450,000 objects and allocates a few hundred
 thousand short-lived ones (dicts of decisions, tuples, rows). None of them forms a reference cycle: they
 die by reference counting when the planner returns. The cyclic collector still runs every ~700
 allocations and walks the young objects, and now and then all of them, snapshot included; measured at
-10,000 nodes that is ~15% of the cycle's CPU (docs/benchmarks.md). So the planners run with it paused,
-and it is restored on the way out (a collection then runs at its normal thresholds).
+10,000 nodes that is ~15% of the cycle's CPU (docs/benchmarks.md). So the sidecar (around ``plan_cycle``)
+and ``raygpu doctor`` (around ``reconcile``) pause it, and it is restored on the way out (a collection then
+runs at its normal thresholds).
+
+Pausing is the caller's decision, never a planner's: ``plan_gang`` runs inside a user's Ray driver, and a
+library call does not switch off the collector of someone else's process (docs/decisions.md, "GC paused").
 
 Process-wide (``gc.disable`` is): threads that allocate during a cycle (the sidecar's watch threads) get
 no cyclic collection for that long, at most the cycle's duration; reference counting still frees their

@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from raygpu.model.views import K8sPodView, RayNodeView
-from raygpu.plan.pending import Candidate
+from raygpu.plan.reclaim.pending import Candidate
 
 GONE_PHASES = ("Succeeded", "Failed")
 _NODE_NAME = attrgetter("node_name")

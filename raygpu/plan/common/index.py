@@ -7,8 +7,8 @@ here, once, and passed to each explicitly:
 * :class:`RayJoin` (``join_ray``): the live Ray nodes and the pod each one runs in
   (``RayNodeView.instance_id`` == pod name, as KubeRay sets ``RAY_CLOUD_INSTANCE_ID``) and, for the doctor,
   the NVML view of each pod, its units and MIG flag, worked out in the same visit. ``plan_reclaim`` needs only the join; it builds it itself when not given one.
-* ``index_snapshot(snapshot)``: the doctor's :class:`SnapshotIndex`, which holds that ``RayJoin``
-  (``.ray``) and the rest every doctor check reads. Give it to ``reconcile(..., index=ix)`` and
+* ``plan.doctor.checks_index.index_snapshot(snapshot)`` (built on this join, below the doctor): the doctor's
+  :class:`SnapshotIndex`, which holds that ``RayJoin`` (``.ray``) and the rest every doctor check reads. Give it to ``reconcile(..., index=ix)`` and
   ``plan_reclaim(..., index=ix)`` and the Ray nodes are joined once for both. Each still walks the pods
   for its own decisions (the doctor per node, plan_reclaim per pod of its cluster, with its policy and clock).
 
@@ -21,14 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import filterfalse
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
-from raygpu.model.views import NvmlView, RayNodeView, Snapshot
-from raygpu.plan.doctor.facts import nvml_units_and_mig
-from raygpu.plan.collector import pauses_collector
-
-if TYPE_CHECKING:
-    from raygpu.plan.doctor.checks_index import SnapshotIndex
+from raygpu.model.views import NvmlView, RayNodeView
 
 _INSTANCE_ID = attrgetter("instance_id")
 _MIG_ENABLED = attrgetter("mig_enabled")
@@ -86,17 +80,9 @@ def join_ray(nodes: tuple[RayNodeView, ...], nvml: dict[str, NvmlView] | None = 
             views[instance] = view
             if view.available:
                 devices = view.devices
-                if any(map(_MIG_ENABLED, devices)):  # nvml_units_and_mig; the usual view (no MIG) in one C loop
-                    units[instance] = nvml_units_and_mig(view)[0]
+                if any(map(_MIG_ENABLED, devices)):  # MIG instances count; the usual view (no MIG) in one C loop
+                    units[instance] = view.gpu_units
                     mig.add(instance)
                 else:
                     units[instance] = len(devices)
     return RayJoin(live, by_instance, len(by_instance) == count, count, views, units, mig)
-
-
-@pauses_collector
-def index_snapshot(snapshot: Snapshot) -> "SnapshotIndex":
-    """The one index of ``snapshot`` for a whole cycle: read it with ``reconcile`` and ``plan_reclaim``."""
-    from raygpu.plan.doctor.checks_index import SnapshotIndex  # the doctor's checks live below plan/doctor
-
-    return SnapshotIndex.build(snapshot)

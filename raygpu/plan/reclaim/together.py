@@ -22,8 +22,8 @@ from collections import defaultdict
 from typing import Callable, Iterable
 
 from raygpu.model.views import PgState, PlacementGroupView
-from raygpu.plan.free_index import CAND, EPS, FREE, FreeIndex, fits
-from raygpu.plan.placement import UNKNOWN, Unit, could_host, find_placement, units
+from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits
+from raygpu.plan.reclaim.placement import UNKNOWN, Unit, could_host, find_placement, units
 
 _Taken = tuple[PlacementGroupView, list[Unit], list[str]]  # a PG of ``taken``, its units, the node of each
 

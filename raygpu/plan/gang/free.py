@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from raygpu.model.gang import NodeFree
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sNodeView, K8sPodView, Toleration
-from raygpu.plan.gang_shapes import free_nodes
+from raygpu.plan.gang.shapes import free_nodes
 
 _BLOCKING = ("NoSchedule", "NoExecute")
 

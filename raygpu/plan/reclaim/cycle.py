@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from raygpu.model.cycle import CyclePlan, CycleState
 from raygpu.model.views import K8sView, Snapshot
-from raygpu.plan.gc import plan_gc
-from raygpu.plan.reclaim import plan_reclaim
-from raygpu.plan.collector import pauses_collector
+from raygpu.plan.reclaim.gc import plan_gc
+from raygpu.plan.reclaim.scale_down import plan_reclaim
 
 
-@pauses_collector
 def plan_cycle(state: CycleState) -> CyclePlan:
     """Plan garbage collection (``plan_gc``), then the scale-down (``plan_reclaim``), from one state."""
     gc = plan_gc(state.reservations, state.ray, state.now_s, cluster=state.cluster, jobs=state.jobs,

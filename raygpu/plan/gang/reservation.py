@@ -17,11 +17,10 @@ from raygpu.model.gang import Backend, Bundle, GangPlan, GangRequest, NodeFree, 
 from raygpu.model.labels import gang_name, reservation_group_name
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.shapes import GpuKind
-from raygpu.plan.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
+from raygpu.plan.gang.capacity import (GPU, describe_group, format_amount, format_ray_resources, pod_k8s_resources,
                                   template_capacity, template_gpu_shape)
-from raygpu.plan.gang_pack import SMALL as _SMALL, FewPods as _FewPods, FirstFit as _FirstFit
-from raygpu.plan.gang_shapes import ShapeOption, admission_fit, describe_fit, rank_options, shape_options
-from raygpu.plan.collector import pauses_collector
+from raygpu.plan.gang.pack import SMALL as _SMALL, FewPods as _FewPods, FirstFit as _FirstFit
+from raygpu.plan.gang.shapes import ShapeOption, admission_fit, describe_fit, rank_options, shape_options
 
 # plan_gang's ``free``: one tuple for every template, per worker group name, or None (not known)
 FreeNow = Union[tuple[NodeFree, ...], Mapping[str, tuple[NodeFree, ...]], None]
@@ -309,7 +308,6 @@ def _choose(request: GangRequest, cands: list[_Candidate], prefix: str, policy: 
     return chosen, need, tuple(assign), reason
 
 
-@pauses_collector
 def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPolicy | None = None,
               free: FreeNow = None, *, templates: GangTemplates | None = None) -> GangPlan:
     """Decide the reservation for ``request`` on ``cluster``; ``policy`` defaults to its annotations.
@@ -318,7 +316,7 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     every template or, per worker group name, the nodes that template's pods may use
     (``gang_free.free_by_template``; a group absent from it: not known);
     among the least wasteful shapes the planner prefers one that binds now, else
-    the smallest pods (``raygpu.plan.gang_shapes``); None = not known.
+    the smallest pods (``raygpu.plan.gang.shapes``); None = not known.
     Promises: the plan uses one worker group template; every bundle fits its
     pod; the same inputs give the same plan; a shape never idles more GPUs
     than the least wasteful one. Raises PermanentError (bad input,

@@ -10,7 +10,7 @@ Three passes:
    least wants to delete, else it may wait for a busy node that stays (judged
    on its total), else it needs a new worker (``growth``). A PG that fits
    nowhere, even with new workers, protects nothing. Free capacity is kept in
-   a :class:`~raygpu.plan.free_index.FreeIndex` of the nodes that could take
+   a :class:`~raygpu.plan.common.free_index.FreeIndex` of the nodes that could take
    a unit at all (free resources only shrink in the passes; busy nodes are
    left out after one look at their free GPUs) and each bundle stops at its
    first fit, so the pass grows with nodes + bundles x shapes, not nodes x
@@ -37,9 +37,9 @@ from operator import attrgetter, lt, not_
 from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
-from raygpu.plan.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
-from raygpu.plan.placement import UNKNOWN, Unit, could_host, find_placement, units
-from raygpu.plan.together import prove_together
+from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
+from raygpu.plan.reclaim.placement import UNKNOWN, Unit, could_host, find_placement, units
+from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 _AVAILABLE = attrgetter("available")

@@ -30,10 +30,9 @@ from raygpu.model.reclaim import (
     ReclaimReason,
 )
 from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeView, Snapshot
-from raygpu.plan.index import RayJoin, join_ray
-from raygpu.plan.occupants import GONE_PHASES, candidate_ranks, count_others, defrag_keys, occupants_of, staying_on_node
-from raygpu.plan.pending import Growth, needed_by_pending_pgs
-from raygpu.plan.collector import pauses_collector
+from raygpu.plan.common.index import RayJoin, join_ray
+from raygpu.plan.reclaim.occupants import GONE_PHASES, candidate_ranks, count_others, defrag_keys, occupants_of, staying_on_node
+from raygpu.plan.reclaim.pending import Growth, needed_by_pending_pgs
 
 if TYPE_CHECKING:
     from raygpu.plan.doctor.checks_index import SnapshotIndex
@@ -57,7 +56,6 @@ _FIRST_TWO = itemgetter(0, 1)
 _WORKER_NAME = itemgetter(4)  # _Worker.name
 
 
-@pauses_collector
 def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float, *,
                  index: SnapshotIndex | None = None) -> ReclaimPlan:
     """Plan the scale-down of ``cluster``'s idle workers as of ``now_s``.
@@ -72,7 +70,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     without validation by ``Decision.typed_dicts``), only the candidates get a tuple, and the pending-PG
     step (``plan.pending``) works on the candidates and nodes that could take a pending bundle.
 
-    ``index``: ``plan.index.index_snapshot(snapshot)`` when the cycle has it already (it reads the index's
+    ``index``: ``plan.doctor.checks_index.index_snapshot(snapshot)`` when the cycle has it already (it reads the index's
     ``RayJoin``: Ray's live nodes by pod name); else that join is built here.
     """
     ns = cluster.namespace
