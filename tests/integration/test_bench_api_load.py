@@ -8,10 +8,13 @@ answers. Never a speed.
 
 from __future__ import annotations
 
+import pytest
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+pytestmark = pytest.mark.serial  # measures the API server's load: nothing else may run
 
 ROOT = Path(__file__).resolve().parents[2]
 

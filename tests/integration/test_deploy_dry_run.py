@@ -31,6 +31,7 @@ def _dry_run_apply(kube, obj: dict, ns: str) -> None:
                           field_manager=FIELD_MANAGER, force_conflicts=True, dry_run="All")
 
 
+@pytest.mark.k137  # manifests 1.34 does not serve apply on 1.37
 def test_every_shipped_manifest_applies_with_server_side_dry_run(testbed, ns, kube):
     kubectl = components.ensure_built(progress=lambda _m: None).kubectl
     files, kustomizations = m.shipped_manifests()

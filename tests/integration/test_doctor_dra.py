@@ -15,6 +15,7 @@ the Ray checks skipped); the Kubernetes checks, DRA's included, still run.
 
 from __future__ import annotations
 
+import pytest
 import json
 import subprocess
 import sys
@@ -22,6 +23,8 @@ import sys
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing.builders.dra import gpu_slice, slice_object
 from tests.integration.util import wait_for
+
+pytestmark = pytest.mark.k137  # DRA device taints are GA on 1.37: it differs there
 
 DRIVER = "gpu.nvidia.com"
 

@@ -33,6 +33,8 @@ from tests.integration.gang_helpers import nothing_left
 from tests.integration.sidecar_helpers import ON_5S, Driver, Sidecar, _ready, _workers, refusals
 from tests.integration.util import wait_for
 
+pytestmark = pytest.mark.k137  # the workload backend's verbs are proven used on 1.37 only
+
 CLUSTER = "c"
 VOLCANO_PODGROUP = ("scheduling.volcano.sh/v1beta1", "PodGroup")
 # Granted, and needed only when something fails: get configmaps (the read-back after a create whose answer

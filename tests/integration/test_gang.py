@@ -28,6 +28,7 @@ from tests.integration.util import alive_ray_nodes, pods, popen_as_foreground, r
 EXIT_AFTER_CTRL_C_S = 12  # a user's Ctrl-C returns the prompt within about 10 s
 
 
+@pytest.mark.k137  # the gang smoke test of the 1.37 pass
 def test_bundles_sit_exactly_on_the_reserved_pods(testbed, ns, cluster, core):
     pg = raygpu.placement_group([{"GPU": 8, "CPU": 4}] * 2, strategy="STRICT_SPREAD", cluster=cluster,
                                 namespace=ns, backend="none", timeout_s=120, name="exact",

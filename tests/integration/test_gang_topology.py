@@ -10,6 +10,7 @@ there. Runs in the 1.37 pass of .ci/run (the 1.34 pass ignores this file: no Wor
 
 from __future__ import annotations
 
+import pytest
 import ray
 
 import raygpu
@@ -20,6 +21,8 @@ from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import nothing_left
 from tests.integration.util import holds_for, pods, ray_address, wait_for
+
+pytestmark = pytest.mark.k137  # the Workload API's topology constraint: 1.37 only
 
 ZONE = "topology.kubernetes.io/zone"
 ZONES = {"a1": "a", "b1": "b", "b2": "b"}

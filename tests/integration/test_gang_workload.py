@@ -18,6 +18,8 @@ from raygpu.errors import PermanentError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP
 
+pytestmark = pytest.mark.k137  # the Workload API is served on 1.37 only
+
 
 @pytest.fixture
 def served(testbed) -> dict:

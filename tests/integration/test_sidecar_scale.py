@@ -9,7 +9,10 @@ times are reported, never asserted (benchmarks measure them).
 
 from __future__ import annotations
 
+import pytest
 from raygpu.testing.scale import ScaleSpec, run_scale
+
+pytestmark = pytest.mark.serial  # 2,000 nodes: it loads the whole testbed
 
 NODES, PODS = 200, 400
 

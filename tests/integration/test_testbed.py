@@ -32,6 +32,7 @@ def _get(testbed, port: int, path: str) -> str:
         return r.read().decode()
 
 
+@pytest.mark.k137  # the selected control plane is what runs
 def test_the_control_plane_runs_the_selected_kubernetes(testbed):
     want = components.KUBERNETES[components.selected_kubernetes()]
     assert testbed.kubernetes == components.selected_kubernetes() and testbed.state["kubernetes"] == testbed.kubernetes
@@ -46,6 +47,7 @@ def test_the_control_plane_runs_the_selected_kubernetes(testbed):
     assert status["components"]["kube-scheduler"]["version"] == want
 
 
+@pytest.mark.k137  # what 1.37 serves
 def test_on_1_37_the_workload_api_and_dra_are_served_and_gated_on(testbed, ns, kube):
     if testbed.kubernetes != "1.37":
         assert "scheduling.k8s.io/v1beta1" not in _api_versions(testbed)  # the default testbed is plain 1.34
