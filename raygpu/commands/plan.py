@@ -15,7 +15,19 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="dry-run a gang reservation (no side effects)",
                        description="Read RayCluster NAMESPACE/CLUSTER and print which worker pods a placement group "
                                    "of BUNDLES would reserve, with which gang backend. Writes nothing.",
-                       epilog='example: raygpu plan --cluster tenant-a -n team-a --bundle GPU=8,CPU=8 --count 6 '
+                       epilog='gang backends (--backend), what makes the reserved pods all-or-nothing:\n'
+                              '  coscheduling  a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1);\n'
+                              '                pods go to the scheduler-plugins-scheduler\n'
+                              '  kueue         a Kueue plain-pod group, admitted whole; needs --queue or\n'
+                              '                raygpu.io/queue\n'
+                              '  volcano       a Volcano PodGroup (scheduling.volcano.sh/v1beta1); schedulerName\n'
+                              '                volcano\n'
+                              '  workload      a Kubernetes Workload + PodGroup (scheduling.k8s.io, Kubernetes\n'
+                              '                >= 1.36, gate GenericWorkload) for the default kube-scheduler;\n'
+                              '                with KubeRay < 1.7 also deploy/workload\'s admission policy\n'
+                              '  none          the reservation\'s worker group alone: one atomic scale-up, no\n'
+                              '                Kubernetes gang (the default)\n\n'
+                              'example: raygpu plan --cluster tenant-a -n team-a --bundle GPU=8,CPU=8 --count 6 '
                               '--strategy STRICT_SPREAD\n\nexit codes: 0 a plan, 1 infeasible, 2 bad input (checked '
                               'before connecting), an invalid RayCluster, or cannot reach the cluster',
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,8 +37,11 @@ def register(sub) -> None:
                    help='one bundle as RES=AMOUNT[,RES=AMOUNT], e.g. "GPU=8,CPU=8"; repeat for more')
     p.add_argument("--count", type=_count, default=1, help="repeat the bundle list this many times (default 1)")
     p.add_argument("--strategy", default="PACK", help="PACK | SPREAD | STRICT_PACK | STRICT_SPREAD")
-    p.add_argument("--backend", default=None, help="coscheduling | kueue | volcano | none (default: annotation)")
-    p.add_argument("--queue", default=None)
+    p.add_argument("--backend", default=None, metavar="BACKEND",
+                   help="coscheduling | kueue | volcano | workload | none (default: the RayCluster's "
+                        "raygpu.io/gang-backend annotation, else none); each explained below")
+    p.add_argument("--queue", default=None,
+                   help="Kueue LocalQueue or Volcano queue (default: the RayCluster's raygpu.io/queue annotation)")
     p.add_argument("--kubeconfig", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
