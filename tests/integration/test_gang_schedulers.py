@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from raygpu.model.labels import ANNOTATION_REQUEUE, LABEL_POOL
 from raygpu.testing.addons import SP_SCHEDULER_NAME
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.util import pods, wait_for
+
+pytestmark = pytest.mark.k137  # version skew: coscheduling and Kueue built for 1.34 against the 1.37 API server
 
 REQUEUE_EVERY_S = 5.0  # how often the test touches a waiting PodGroup (raygpu's heartbeat: every 10 s)
 
