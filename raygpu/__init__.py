@@ -4,13 +4,14 @@
   a Ray placement group with its own all-or-nothing Kubernetes gang reservation.
 * ``plan_placement_group``: the same plan as a dry run, with no side effects.
 * ``placement_group_async`` / ``gang_placement_group_async`` and ``await pg.ready_async()``: the same
-  for asyncio drivers, never blocking the event loop (raygpu.gang.aio).
+  for asyncio drivers, never blocking the event loop (raygpu.gang.api).
 """
 
 from raygpu.errors import (ConflictError, ForbiddenError, InfeasibleError, InvalidError, NotFoundError, PermanentError,
                            RayGpuError, TransientError)
 from raygpu.gang.api import (GangPlacementGroup, gang_placement_group, gang_placement_group_async, placement_group,
-                             placement_group_async, plan_placement_group, remove_placement_group)
+                             placement_group_async, remove_placement_group)
+from raygpu.gang.requests import plan_placement_group
 
 __all__ = [
     "placement_group", "remove_placement_group", "gang_placement_group", "plan_placement_group",

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the plan (0), or why there is none: infeasible (1), or one line and 2 for bad input, an
     invalid or unknown RayCluster, a refused credential or an unreachable cluster. Input is checked
     before anything is contacted."""
-    from raygpu.gang.api import plan_placement_group
+    from raygpu.gang.requests import plan_placement_group
     from raygpu.model.gang import Backend, Strategy, parse_enum
     try:
         bundles = [parse_bundle(b) for b in args.bundle] * args.count

@@ -1,49 +1,121 @@
 """``raygpu.placement_group``: a Ray placement group backed by a Kubernetes gang reservation.
 
+The handle, in one module: ``GangPlacementGroup`` (its blocking and async methods, its release), the
+``Watchdog`` each handle owns, the ``RayCalls`` it makes on the driver's connection, and the calls that
+make one (``placement_group``, ``gang_placement_group``, ``placement_group_async``,
+``gang_placement_group_async``). The dry run is ``raygpu.gang.requests.plan_placement_group``.
+
 Flow (one call): plan the pods the bundles need -> reserve them as one all-or-nothing gang (state
 ConfigMap, PodGroup or Kueue group, one tested RayCluster patch adding a worker group of exactly those
 pods) -> once the reserved pods' Ray nodes have joined, create the Ray placement group pinned to them with
-``bundle_label_selector`` on the Ray node label ``raygpu.io/reservation``. A watchdog thread follows the
-reservation (reserved -> admitted -> bound -> ready) and rolls everything back if it is not ready within
-``timeout_s``. ``remove_placement_group``, the context manager, interpreter exit and Ctrl-C all release
-it; a driver killed outright is collected by the sidecar's garbage collection. Ctrl-C and interpreter exit
-are bounded (``EXIT_BUDGET_S``); what is left goes to a detached ``python -m raygpu.gang.finisher``, then
-the sidecar's GC. Guarded reservations (the starvation guard): ``raygpu.gang.guard``.
+``bundle_label_selector`` on the Ray node label ``raygpu.io/reservation``. The handle's watchdog thread
+follows the reservation (reserved -> admitted -> bound -> ready) and rolls everything back if it is not
+ready within ``timeout_s``. ``remove_placement_group``, the context manager, interpreter exit and Ctrl-C
+all release it; a driver killed outright is collected by the sidecar's garbage collection. Ctrl-C and
+interpreter exit are bounded (``EXIT_BUDGET_S``); what is left goes to a detached
+``python -m raygpu.gang.finisher``, then the sidecar's GC. Guarded reservations (the starvation guard):
+``raygpu.gang.guard``; backfill: ``raygpu.gang.backfill``.
+
+Asyncio drivers (Ray Serve, asyncio apps) use the async face, which never blocks the event loop: waiting
+is ``await asyncio.sleep`` between looks at the handle's state (which the watchdog thread keeps current),
+and the Kubernetes work (reserve, release) runs in a worker thread. Its contracts are those of the
+blocking calls, with the same deadlines and errors:
+
+    pg = await raygpu.placement_group_async([{"GPU": 8}] * 2, cluster="rc")
+    await pg.ready_async()            # like ray.get(pg.ready())
+    ...
+    await pg.remove_async()
+
+    async with raygpu.gang_placement_group_async([{"GPU": 8}] * 2, cluster="rc") as pg:
+        await pg.ready_async()
+
+Cancelling a task that awaits ``placement_group_async`` does not leak the reservation: one that was
+already being made is released as soon as it exists. Cancelling ``ready_async``/``wait_async`` only
+stops waiting (the reservation is the caller's to remove, as with a blocking wait).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import functools
+import inspect
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.errors import PermanentError
-from raygpu.gang.aio import AsyncFace, gang_placement_group_async, placement_group_async  # noqa: F401 - the async face
+from raygpu.errors import NotFoundError, PermanentError
 from raygpu.gang.backfill import Backfill
 from raygpu.gang.guard import Guard
-from raygpu.gang.ray_calls import RayCalls
-from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
-                                    plan_placement_group, reserve)  # plan_placement_group: public here
-from raygpu.gang.watchdog import HEARTBEAT_EVERY_S, WATCH_BACKOFF_MAX_S, WATCH_EVERY_S, Watchdog  # noqa: F401
+from raygpu.gang.requests import gang_request
+from raygpu.gang.reservation import EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, reserve
 from raygpu.model.gang import GangPlan, ReservationState
+from raygpu.model.labels import LABEL_RESERVATION
 
 EXIT_BUDGET_S = 5.0  # Ctrl-C / interpreter exit: the most the release may delay the prompt
 WATCHDOG_JOIN_S = 5.0  # a release first waits this long for the watchdog's step in flight
+HEARTBEAT_EVERY_S = 10.0
+WATCH_EVERY_S = 0.5  # the watchdog's step
+WATCH_BACKOFF_MAX_S = 4.0  # after failed writes the step doubles up to this, never more
+POLL_S = 0.1  # how often an awaiting coroutine looks at the handle's state
 _LIVE: set["GangPlacementGroup"] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-class GangPlacementGroup(Watchdog, AsyncFace):
+# ---------------------------------------------------------------- the Ray calls, on the driver's connection
+
+class RayDisconnected(RuntimeError):
+    """This process's Ray driver is not connected (the user called ``ray.shutdown()``, or the interpreter is
+    exiting and Ray's own atexit hook ran first). Ray's placement-group calls would then ``ray.init()`` a new
+    local Ray instance on their own (``auto_init_ray``), from our watchdog thread: never call them then. A
+    driver's placement groups are not detached, so Ray removed them with the job."""
+
+
+def _connected(call: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(call)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        import ray
+        if not ray.is_initialized():
+            raise RayDisconnected("this driver is no longer connected to Ray (ray.shutdown() or exit)")
+        return call(*args, **kwargs)
+    return guarded
+
+
+@dataclass(frozen=True)
+class RayCalls:
+    """The Ray calls a GangPlacementGroup makes on the driver's connection: ``real()`` Ray's, or a test's fakes.
+    Each raises RayDisconnected once the driver is disconnected."""
+
+    placement_group: Callable[..., Any]  # ray.util.placement_group
+    placement_group_table: Callable[[Any], dict]  # ray.util.placement_group.placement_group_table
+    remove_placement_group: Callable[[Any], None]  # ray.util.remove_placement_group
+    nodes: Callable[[], list[dict]]  # ray.nodes
+    connected: Callable[[], bool] = lambda: True  # ray.is_initialized
+
+    @classmethod
+    def real(cls) -> "RayCalls":
+        import ray
+        from ray.util import placement_group as ray_pg
+        from ray.util import remove_placement_group
+        from ray.util.placement_group import placement_group_table
+        return cls(_connected(ray_pg), _connected(placement_group_table), _connected(remove_placement_group),
+                   _connected(ray.nodes), ray.is_initialized)
+
+
+# ---------------------------------------------------------------- the handle
+
+class GangPlacementGroup:
     """A Ray placement group whose bundles sit on pods reserved for it as one gang.
 
-    Asyncio drivers use the same object's ``ready_async``/``wait_async``/``remove_async`` (gang/aio.py);
-    the watchdog thread's steps are in gang/watchdog.py.
+    Blocking (``ready``/``wait``/``remove``/``interrupt``) and asyncio (``ready_async``/``wait_async``/
+    ``remove_async``/``interrupt_async``) methods on one object. It owns its ``watchdog`` (a ``Watchdog``,
+    one thread) and its Ray placement group, which the watchdog creates and a release removes.
     ``ray_calls`` (default: Ray's own), ``clock`` (monotonic seconds, for the
     deadline and the heartbeat period) and ``start_watchdog=False`` (the caller
-    runs ``_step()`` itself) exist for tests.
+    runs ``watchdog.step()`` itself) exist for tests.
     """
 
     def __init__(self, reservation: Reservation, progress: Callable[[str], None],
@@ -56,21 +128,19 @@ class GangPlacementGroup(Watchdog, AsyncFace):
         self.placement_group: Any = None  # the Ray PG, created once the reserved Ray nodes joined
         self._pg_created = threading.Event()
         self._pg_lock = threading.Lock()  # held while the Ray PG is created or removed
-        self._pg_recorded = self._pg_removed = False  # its id is on the state ConfigMap / it was removed
+        self._pg_removed = False  # the Ray PG was removed (it is never created again)
         self._progress = progress
-        self._stop = threading.Event()
         self._released = False  # a release began: no Ray PG is created any more, the watchdog stops
         self._release_complete = False  # released (or handed to the finisher): remove() is a no-op
         self._done = threading.Event()  # set once a release attempt has ended, successful or not
         self._lock = threading.Lock()  # one release attempt at a time
         self.error: str | None = None
         self._deadline = clock() + reservation.request.timeout_s
-        self._last_beat_s = float("-inf")
         self.guard = Guard.of(reservation, clock, progress)  # the starvation guard (gang/guard.py), or None
         self.backfill = Backfill.of(reservation, clock, progress)  # an unguarded hinted gang (gang/backfill.py)
-        self._thread = threading.Thread(target=self._watch, name=f"raygpu-{reservation.plan.gang_name}", daemon=True)
+        self.watchdog = Watchdog(self, clock)
         if start_watchdog:
-            self._thread.start()
+            self.watchdog.start()
 
     @property
     def plan(self) -> GangPlan:
@@ -112,9 +182,6 @@ class GangPlacementGroup(Watchdog, AsyncFace):
         self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return False
 
-    def _overdue(self) -> bool:  # past the deadline by more than a watchdog step may take, not ready
-        return self.state != ReservationState.READY and self._clock() > self._deadline + WATCHDOG_JOIN_S
-
     def remove(self) -> None:
         """Remove the Ray placement group and release the reservation. Idempotent.
 
@@ -138,6 +205,106 @@ class GangPlacementGroup(Watchdog, AsyncFace):
         """
         self._finish(reason, budget_s=budget_s)
 
+    # -- the async face: the same contracts, never blocking the event loop
+
+    async def ready_async(self, poll_s: float = POLL_S) -> Any:
+        """Wait, without blocking the loop, until every bundle is placed; the Ray PG's ready value.
+
+        ``await pg.ready_async()`` is ``ray.get(pg.ready())`` for asyncio: it waits for the Ray placement
+        group to exist (the reserved pods' Ray nodes joined), then awaits Ray's ready ObjectRef. Raises
+        PermanentError as ``ready()`` does: once a release or rollback began, or past the reservation's
+        deadline plus the watchdog's join time.
+        """
+        while not self._released and not self._pg_created.is_set():
+            if self._overdue():
+                raise self._not_ready_error()
+            await asyncio.sleep(poll_s)
+        if self._released:
+            raise self._released_error()
+        ref = self.placement_group.ready()
+        return await ref if inspect.isawaitable(ref) else ref
+
+    async def wait_async(self, timeout_s: float | None = None, poll_s: float = POLL_S) -> bool:
+        """``wait()`` for asyncio: True once the state ConfigMap says ready; False on ``timeout_s``, a
+        rollback or the reservation's deadline. Never waits past the deadline plus the join time."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while not self._released:
+            if self.state == ReservationState.READY:
+                return True
+            if (deadline is not None and loop.time() > deadline) or self._overdue():
+                return False
+            await asyncio.sleep(poll_s)
+        while not self._done.is_set() and (deadline is None or loop.time() < deadline):
+            await asyncio.sleep(poll_s)  # the release attempt in flight ends (as wait() waits for it)
+        return False
+
+    async def remove_async(self) -> None:
+        """``remove()`` in a worker thread: the placement group and the reservation released (idempotent).
+        Raises the release's error, as ``remove()`` does; awaiting it again tries again."""
+        await asyncio.to_thread(self.remove)
+
+    async def interrupt_async(self, reason: str = "cancelled") -> None:
+        """``interrupt()`` in a worker thread: released within its budget, the rest left to the finisher."""
+        await asyncio.to_thread(self.interrupt, reason)
+
+    # -- waiting: shared by both faces
+
+    def _overdue(self) -> bool:  # past the deadline by more than a watchdog step may take, not ready
+        return self.state != ReservationState.READY and self._clock() > self._deadline + WATCHDOG_JOIN_S
+
+    def _not_ready_error(self) -> PermanentError:
+        return PermanentError(f"reservation {self.plan.reservation_group} not ready within timeout_s="
+                              f"{self.reservation.request.timeout_s:g} (state {self.state.value}); "
+                              "the watchdog rolls it back")
+
+    def _released_error(self) -> PermanentError:
+        return PermanentError(f"reservation {self.plan.reservation_group} "
+                              + (f"rolled back: {self.error}" if self.error else "released"))
+
+    # -- the Ray placement group: created by the watchdog, removed by a release
+
+    def _create_ray_pg(self) -> None:
+        """The Ray PG, pinned by ``bundle_label_selector`` to the reserved Ray nodes (all present now:
+        a PG created before its nodes exist can sit PENDING long after they join).
+
+        Created under ``_pg_lock``, and only while no release has begun; a
+        release that began while Ray was creating it and gave up waiting for
+        the lock finds the PG removed here.
+        """
+        req = self.reservation.request
+        selector = {LABEL_RESERVATION: self.plan.reservation_group}
+        with self._pg_lock:
+            if self._released or self.placement_group is not None:
+                return
+            self.placement_group = self._ray.placement_group(
+                [dict(b.resources) for b in req.bundles], strategy=req.strategy.value, name=req.name,
+                bundle_label_selector=[dict(selector) for _ in req.bundles])
+            if self._released:
+                self._remove_ray_pg_locked()
+                return
+        self._pg_created.set()
+        self._progress(f"reservation {self.plan.reservation_group}: {self.plan.pod_count} Ray nodes joined; "
+                       f"placement group created on them")
+
+    def _remove_ray_pg(self, wait_s: float) -> None:
+        """Remove the Ray PG if one exists, once; waits up to ``wait_s`` for a creation in flight (after that
+        the watchdog removes what it creates, since ``_released`` is set)."""
+        if self._pg_lock.acquire(timeout=max(0.0, wait_s)):
+            self._remove_ray_pg_locked()  # never raises
+            self._pg_lock.release()
+
+    def _remove_ray_pg_locked(self) -> None:
+        if self.placement_group is not None and not self._pg_removed:
+            self._pg_removed = True
+            try:  # after ray.shutdown() (Ray's atexit hook included) Ray removed it with the job: not an error
+                self._ray.remove_placement_group(self.placement_group)
+            except Exception as e:  # noqa: BLE001 - Ray may be gone at exit; the reservation still goes
+                if not isinstance(e, RayDisconnected):
+                    self._progress(f"removing the Ray placement group failed: {e}")
+
+    # -- the release
+
     def _finish(self, failure: str | None, budget_s: float | None = None, blocking: bool = True) -> None:
         """Release: synchronously (``budget_s`` None; raises on failure, leaving it retryable), or bounded by
         ``budget_s`` with a hand-off to the finisher. ``blocking=False`` (the watchdog) returns at once when
@@ -154,9 +321,7 @@ class GangPlacementGroup(Watchdog, AsyncFace):
                 return
             if not self._released:
                 self._released, self.error = True, failure
-            self._stop.set()
-            if threading.current_thread() is not self._thread and self._thread.is_alive():
-                self._thread.join(WATCHDOG_JOIN_S if budget_s is None else min(0.5, budget_s))  # step in flight
+            self.watchdog.stop(WATCHDOG_JOIN_S if budget_s is None else min(0.5, budget_s))  # step in flight
             if budget_s is None:
                 try:
                     self._release(failure, RELEASE_DRAIN_S, WATCHDOG_JOIN_S)
@@ -182,7 +347,7 @@ class GangPlacementGroup(Watchdog, AsyncFace):
         (then nothing is marked released and the next attempt starts over)."""
         self._remove_ray_pg(pg_wait_s)
         if self.guard is not None:  # its blockers also go with the state ConfigMap (ownerReference)
-            self._attempt("ending the guard", lambda: self.guard.release(failure or "released"))
+            _attempt(self._progress, "ending the guard", lambda: self.guard.release(failure or "released"))
         result = "done"
         if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) == GROUP_DRAINING:
             result = "draining"
@@ -206,6 +371,131 @@ def _outcome(release: Callable[[], str]) -> str:
     except Exception as e:  # noqa: BLE001 - reported; the finisher or the sidecar's GC finishes
         return f"release failed: {e}"
 
+
+def _attempt(progress: Callable[[str], None], what: str, action: Callable[[], Any]) -> bool:
+    try:
+        action()
+        return True
+    except Exception as e:  # noqa: BLE001 - the watchdog must not die; the next step tries again
+        progress(f"watchdog: {what} failed, retrying: {e}")
+        return False
+
+
+# ---------------------------------------------------------------- the watchdog a handle owns
+
+class Watchdog:
+    """One thread that follows its handle's reservation until ready or released.
+
+    Each step (every ``WATCH_EVERY_S``, backing off to ``WATCH_BACKOFF_MAX_S`` after failed writes) observes
+    the reserved pods, runs the starvation guard's step (gang/guard.py) or the backfill's (gang/backfill.py),
+    has the handle create the Ray placement group once the reserved Ray nodes joined, records its id, marks
+    the reservation ready, heartbeats the state ConfigMap, and rolls back (the handle's release) past the
+    deadline. It stops when a release begins (``stop``). ``clock``: monotonic seconds, the handle's.
+    """
+
+    def __init__(self, pg: GangPlacementGroup, clock: Callable[[], float]) -> None:
+        self._pg = pg
+        self._clock = clock
+        self._stop = threading.Event()
+        self._pg_recorded = False  # the Ray PG's id is on the state ConfigMap
+        self._last_beat_s = float("-inf")
+        self.thread = threading.Thread(target=self._run, name=f"raygpu-{pg.plan.gang_name}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, join_s: float) -> None:
+        """Stop stepping; from another thread, wait up to ``join_s`` for the step in flight."""
+        self._stop.set()
+        if threading.current_thread() is not self.thread and self.thread.is_alive():
+            self.thread.join(join_s)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            outcome = self.step()
+            if outcome == "done":
+                return
+            failures = 0 if outcome == "ok" else failures + 1
+            self._stop.wait(min(WATCH_EVERY_S * 2 ** failures, WATCH_BACKOFF_MAX_S))
+
+    def step(self) -> str:
+        """One watchdog step: "ok", "retry" (a write failed: the next step tries it again) or "done".
+
+        Each lifecycle write (a transition, the PG id, the heartbeat) is
+        attempted on its own, so one that fails neither skips the others nor
+        the deadline; the in-memory state only follows a write that landed.
+        READY needs the PG id recorded (the sidecar's GC checks the PG by it).
+        Past the deadline and not READY: roll back, "done".
+        """
+        pg, say = self._pg, self._pg._progress
+        rsv, ok = pg.reservation, True
+        if not pg._ray.connected():  # ray.shutdown() without remove(): the job ended, Ray removed its PG
+            gone = "the Ray driver disconnected (ray.shutdown()) before removing its placement group"
+            _attempt(say, "releasing after the driver disconnected", lambda: pg._finish(gone, blocking=False))
+            return "done"
+        if rsv.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+            before = rsv.state
+            ok &= _attempt(say, "observing the pods", rsv.observe)
+            if rsv.state != before:
+                say(f"reservation {rsv.plan.reservation_group}: {rsv.state.value}")
+        if pg.guard is not None and not pg.guard.done:
+            ok &= _attempt(say, "guard step", lambda: pg.guard.step(rsv.state))
+        if pg.backfill is not None and not pg.backfill.done:
+            ok &= _attempt(say, "backfill step", lambda: pg.backfill.step(rsv.state))
+        if rsv.state == ReservationState.BOUND and pg.placement_group is None:
+            ok &= _attempt(say, "creating the placement group", lambda: self._reserved_ray_nodes()
+                           >= rsv.plan.pod_count and pg._create_ray_pg())
+        if pg.placement_group is not None and not pg._pg_removed and not self._pg_recorded:
+            ok &= _attempt(say, "recording the placement group id", self._record_pg)
+        if rsv.state == ReservationState.BOUND and self._pg_recorded:
+            ok &= _attempt(say, "marking the reservation ready", self._mark_ready)
+        failed = pg.guard.failed if pg.guard is not None else None  # the hold ran out after its swap
+        if rsv.state == ReservationState.FAILED:  # observe() found the gang cannot hold (its note says why)
+            failed = rsv.history[-1] if rsv.history else "failed"
+        if rsv.state != ReservationState.READY and (self._clock() > pg._deadline or failed):
+            try:
+                pg._finish(failed or f"not ready within timeout_s={rsv.request.timeout_s:g} (state {rsv.state.value})",
+                           blocking=False)
+            except Exception as e:  # noqa: BLE001 - reported; remove() again, or the sidecar's GC, finishes it
+                say(f"watchdog: rollback of {rsv.plan.reservation_group} failed ({e}); remove() tries "
+                    "again, else the sidecar's garbage collection finishes it")
+            return "done"
+        if self._clock() - self._last_beat_s > HEARTBEAT_EVERY_S:
+            try:
+                rsv.heartbeat(time.time())
+                self._last_beat_s = self._clock()
+            except NotFoundError:  # the state ConfigMap is gone: someone released it (the sidecar's GC?)
+                gone = "the reservation's state ConfigMap was deleted (by the sidecar's garbage collection?)"
+                if rsv.state != ReservationState.READY:  # waiting for nothing: roll back now, not at the deadline
+                    _attempt(say, "releasing what is left", lambda: pg._finish(gone, blocking=False))
+                    return "done"
+                say(f"watchdog: {gone}; the running placement group is left alone, remove() releases "
+                    "what is left")  # a running job is never broken by us; no more beats
+                return "done"
+            except Exception as e:  # noqa: BLE001 - the watchdog must not die; the next step tries again
+                say(f"watchdog: heartbeat failed, retrying: {e}")
+                ok = False
+        return "ok" if ok else "retry"
+
+    def _reserved_ray_nodes(self) -> int:
+        group = self._pg.plan.reservation_group
+        return sum(1 for n in self._pg._ray.nodes()
+                   if n.get("Alive") and (n.get("Labels") or {}).get(LABEL_RESERVATION) == group)
+
+    def _record_pg(self) -> None:
+        self._pg.reservation.record_placement_group(self._pg.placement_group.id.hex())
+        self._pg_recorded = True
+
+    def _mark_ready(self) -> None:
+        pg = self._pg
+        if pg._ray.placement_group_table(pg.placement_group).get("state") == "CREATED":
+            pg.reservation.transition(ReservationState.READY, "all bundles placed on the reserved Ray nodes")
+            pg._progress(f"placement group {pg.reservation.request.name} ready on "
+                         f"{pg.plan.pod_count} reserved pods")
+
+
+# ---------------------------------------------------------------- making one: blocking and async
 
 def placement_group(bundles: list[dict[str, float]], strategy: str | None = None, *, cluster: str,
                     namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
@@ -258,6 +548,45 @@ def gang_placement_group(bundles: list[dict[str, float]], strategy: str | None =
         raise
     finally:
         pg.remove()  # a no-op after interrupt()
+
+
+async def placement_group_async(bundles: list[dict[str, float]], strategy: str | None = None,
+                                **kwargs: Any) -> GangPlacementGroup:
+    """``raygpu.placement_group(...)`` for asyncio: the reservation is made in a worker thread.
+
+    Same arguments, result and errors. If the awaiting task is cancelled while the reservation is being
+    made, the reservation is released (``interrupt()``) as soon as it exists, and the cancellation raised.
+    """
+    fut = asyncio.get_running_loop().run_in_executor(None, functools.partial(placement_group, bundles, strategy,
+                                                                             **kwargs))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_release_when_made)
+        raise
+
+
+def _release_when_made(fut: asyncio.Future[GangPlacementGroup]) -> None:
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    pg = fut.result()
+    threading.Thread(target=pg.interrupt, args=("the awaiting task was cancelled",), daemon=False,
+                     name=f"raygpu-cancel-{pg.plan.gang_name}").start()
+
+
+@asynccontextmanager
+async def gang_placement_group_async(bundles: list[dict[str, float]], strategy: str | None = None,
+                                     **kwargs: Any) -> AsyncIterator[GangPlacementGroup]:
+    """``async with raygpu.gang_placement_group_async(...) as pg:`` - released on exit, error or cancellation
+    (a cancellation releases within the interrupt budget, as Ctrl-C does for the blocking form)."""
+    pg = await placement_group_async(bundles, strategy, **kwargs)
+    try:
+        yield pg
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        await asyncio.shield(pg.interrupt_async("the awaiting task was cancelled"))
+        raise
+    finally:
+        await asyncio.shield(pg.remove_async())  # a no-op after interrupt
 
 
 @atexit.register

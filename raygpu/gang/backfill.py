@@ -1,6 +1,6 @@
 """Backfill: an unguarded gang with a runtime hint runs on nodes the guard holds when it ends first.
 
-Run by the driver's watchdog (gang/watchdog.py) for a reservation that is *not* guarded and has
+Run by the driver's watchdog (gang/api.py ``Watchdog``) for a reservation that is *not* guarded and has
 ``expected_runtime_s``, while it is ``reserved`` (its pods not all bound). Each step (at most every
 ``GUARD_EVERY_S``): read the scope's Lease; if another gang holds it and has published its hold's
 estimated start (``raygpu.io/guard-estimated-start``, gang/guard.py), decide (plan.backfill.decide_backfill:

@@ -22,7 +22,8 @@ import ray
 import raygpu
 from raygpu.adapters.kube import REQUEST_TIMEOUT
 from raygpu.errors import RayGpuError
-from raygpu.gang.api import HEARTBEAT_EVERY_S, RELEASE_DRAIN_S, WATCH_BACKOFF_MAX_S, WATCHDOG_JOIN_S
+from raygpu.gang.api import HEARTBEAT_EVERY_S, WATCH_BACKOFF_MAX_S, WATCHDOG_JOIN_S
+from raygpu.gang.reservation import RELEASE_DRAIN_S
 from raygpu.model.labels import ANNOTATION_HEARTBEAT, ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION
 from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.faultproxy import EndWatch, Fail, Hang, Reset, Rule, start_for

@@ -203,7 +203,7 @@ def test_pods_that_lost_their_scheduling_group_fail_the_reservation_and_the_watc
     kube.extra_pods = reserved_pods(rsv.plan.reservation_group, None)
     said: list[str] = []
     pg = GangPlacementGroup(rsv, said.append, ray_calls=FakeRay().calls(), clock=Clock(), start_watchdog=False)
-    assert pg._step() == "done"
+    assert pg.watchdog.step() == "done"
     assert rsv.state is ReservationState.ROLLED_BACK
     assert any("raygpu-scheduling-group" in h and "spec.schedulingGroup unset" in h for h in rsv.history)
     assert kube.objects == {} and [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu"]

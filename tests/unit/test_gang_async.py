@@ -1,4 +1,4 @@
-"""The async face (raygpu.gang.aio): waits never block the event loop, with the blocking calls' contracts.
+"""The async face (raygpu.gang.api): waits never block the event loop, with the blocking calls' contracts.
 
 The handle is the one of test_gang_lifecycle's World (fake Ray, the one fake Kubernetes, a fake clock);
 its watchdog is stepped by the test. "Never blocks the loop" is shown by a ticker task that keeps
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from raygpu.errors import InfeasibleError, PermanentError
-from raygpu.gang import aio, api
+from raygpu.gang import api
 from raygpu.model.gang import ReservationState
 from tests.unit.test_gang_lifecycle import TIMEOUT_S, World
 
@@ -68,10 +68,10 @@ async def test_ready_async_waits_for_the_pg_without_blocking_the_loop_then_await
     waiting = asyncio.create_task(w.pg.ready_async(poll_s=0.01))
     await ticker.advanced_by(5)
     assert not waiting.done()  # no Ray PG yet: the reservation is not bound
-    w.pg._step()
+    w.pg.watchdog.step()
     w.bound()
     w.nodes_joined()
-    w.pg._step()  # the reserved nodes joined: the Ray PG is created
+    w.pg.watchdog.step()  # the reserved nodes joined: the Ray PG is created
     assert w.ray.created
     w.ray.created[0].ready = lambda: ref
     await ticker.advanced_by(5)
@@ -86,11 +86,11 @@ async def test_wait_async_is_true_once_the_state_says_ready_and_false_on_its_tim
     assert await w.pg.wait_async(0.05, poll_s=0.01) is False
     waiting = asyncio.create_task(w.pg.wait_async(poll_s=0.01))
     await ticker.advanced_by(3)
-    w.pg._step()
+    w.pg.watchdog.step()
     w.bound()
     w.nodes_joined()
-    w.pg._step()
-    w.pg._step()
+    w.pg.watchdog.step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY
     assert await asyncio.wait_for(waiting, 2.0) is True
     ticker.task.cancel()
@@ -106,7 +106,7 @@ async def test_past_the_deadline_ready_async_raises_and_wait_async_is_false_even
 
 async def test_after_a_release_ready_async_raises_and_remove_async_released_everything():
     w = World()
-    w.pg._step()
+    w.pg.watchdog.step()
     await w.pg.remove_async()
     assert w.released() and w.pg.state == S.RELEASED and w.ray.leaked() == []
     with pytest.raises(PermanentError, match="released"):
@@ -143,15 +143,15 @@ async def test_placement_group_async_gives_the_blocking_calls_result_and_error(m
             raise InfeasibleError("no such cluster")
         return w.pg
     monkeypatch.setattr(api, "placement_group", fake_placement_group)
-    assert await aio.placement_group_async([{"GPU": 8}], "SPREAD", cluster="c") is w.pg
+    assert await api.placement_group_async([{"GPU": 8}], "SPREAD", cluster="c") is w.pg
     assert seen[0] == ([{"GPU": 8}], "SPREAD", {"cluster": "c"})
     with pytest.raises(InfeasibleError, match="no such cluster"):
-        await aio.placement_group_async([{"GPU": 8}], cluster="nope")
+        await api.placement_group_async([{"GPU": 8}], cluster="nope")
 
 
 async def test_a_cancelled_placement_group_async_releases_the_reservation_once_it_exists(monkeypatch):
     w = World()
-    w.pg._step()
+    w.pg.watchdog.step()
     gate, entered = threading.Event(), threading.Event()
 
     def slow_placement_group(bundles, strategy="PACK", **kwargs):
@@ -159,7 +159,7 @@ async def test_a_cancelled_placement_group_async_releases_the_reservation_once_i
         gate.wait(5)  # the reservation is being made when the task is cancelled
         return w.pg
     monkeypatch.setattr(api, "placement_group", slow_placement_group)
-    task = asyncio.create_task(aio.placement_group_async([{"GPU": 8}], cluster="c"))
+    task = asyncio.create_task(api.placement_group_async([{"GPU": 8}], cluster="c"))
     await until("the reservation started", entered.is_set)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -174,7 +174,7 @@ async def test_the_async_context_manager_releases_on_exit_and_on_cancellation(mo
     worlds = [World(), World()]
     handed = iter(worlds)
     monkeypatch.setattr(api, "placement_group", lambda bundles, strategy="PACK", **kw: next(handed).pg)
-    async with aio.gang_placement_group_async([{"GPU": 8}], cluster="c") as pg:
+    async with api.gang_placement_group_async([{"GPU": 8}], cluster="c") as pg:
         assert pg is worlds[0].pg
         assert not worlds[0].released()
     assert worlds[0].released()
@@ -182,7 +182,7 @@ async def test_the_async_context_manager_releases_on_exit_and_on_cancellation(mo
     inside = asyncio.Event()
 
     async def job() -> None:
-        async with aio.gang_placement_group_async([{"GPU": 8}], cluster="c"):
+        async with api.gang_placement_group_async([{"GPU": 8}], cluster="c"):
             inside.set()
             await asyncio.sleep(60)
     task = asyncio.create_task(job())

@@ -1,6 +1,6 @@
 """The driver side of a reservation (raygpu.gang.api) against a fake Ray and the one fake Kubernetes.
 
-The watchdog is driven step by step (``start_watchdog=False``, ``pg._step()``)
+The watchdog is driven step by step (``start_watchdog=False``, ``pg.watchdog.step()``)
 on a fake clock, except where a test is about two threads meeting.
 """
 
@@ -98,7 +98,7 @@ class World:
 
     def bound(self) -> None:
         self.pods_running()
-        self.pg._step()
+        self.pg.watchdog.step()
         assert self.pg.state == S.BOUND and self.annotation(ANNOTATION_RESERVATION_STATE) == "bound"
 
     def released(self) -> bool:
@@ -137,12 +137,12 @@ def _outcome(fn):
 # ------------------------------------------------------------------ the happy path
 def test_the_watchdog_walks_reserved_to_ready_and_remove_releases_everything():
     w = World()
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.RESERVED and w.annotation(ANNOTATION_HEARTBEAT)
     w.bound()
     w.nodes_joined()
-    w.pg._step()
-    w.pg._step()
+    w.pg.watchdog.step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready"
     assert w.annotation(ANNOTATION_PLACEMENT_GROUP) == w.ray.created[0].id.hex()
     assert w.pg.wait(0) is True and w.pg.ready() == w.ray.created[0].ready()
@@ -165,14 +165,14 @@ def test_a_lifecycle_write_that_fails_once_lands_on_the_next_step_and_the_driver
     w.nodes_joined()
     w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]["metadata"]["annotations"][ANNOTATION_HEARTBEAT] = "0"
     w.kube.fail("merge_patch", UNAVAILABLE, when=failing_write)
-    w.pg._step()  # everything would happen in this one step, but one write gets a 503
+    w.pg.watchdog.step()  # everything would happen in this one step, but one write gets a 503
     assert w.pg.state.value == w.annotation(ANNOTATION_RESERVATION_STATE), "the driver believes what the ConfigMap says"
     if what != "heartbeat":
         assert w.pg.state != S.READY
         assert w.annotation(ANNOTATION_HEARTBEAT) != "0", "one failed write does not skip the heartbeat"
     w.clock.now_s += api.WATCH_EVERY_S
-    w.pg._step()
-    w.pg._step()
+    w.pg.watchdog.step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready"
     assert w.annotation(ANNOTATION_PLACEMENT_GROUP) == w.ray.created[0].id.hex() and len(w.ray.created) == 1
     assert w.annotation(ANNOTATION_HEARTBEAT) != "0"
@@ -184,10 +184,10 @@ def test_a_failed_ready_write_is_retried_until_it_lands_and_wait_only_then_says_
     w.nodes_joined()
     w.kube.fail("merge_patch", UNAVAILABLE, times=3, when=is_state("ready"))
     for _ in range(3):
-        w.pg._step()
+        w.pg.watchdog.step()
         assert w.pg.state == S.BOUND and w.annotation(ANNOTATION_RESERVATION_STATE) == "bound"
         assert w.pg.wait(0) is False
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready" and w.pg.wait(0)
 
 
@@ -197,12 +197,12 @@ def test_ready_returns_once_the_pg_exists_though_recording_its_id_failed_and_the
     w.bound()
     w.nodes_joined()
     w.kube.fail("merge_patch", UNAVAILABLE, when=writes(ANNOTATION_PLACEMENT_GROUP))
-    w.pg._step()
+    w.pg.watchdog.step()
     assert call_bounded(w.pg.ready, 2.0) == w.ray.created[0].ready()
     assert w.annotation(ANNOTATION_PLACEMENT_GROUP) is None
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.annotation(ANNOTATION_PLACEMENT_GROUP) == w.ray.created[0].id.hex()
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY and w.annotation(ANNOTATION_RESERVATION_STATE) == "ready"
 
 
@@ -217,10 +217,10 @@ def test_the_watchdog_rolls_back_at_the_deadline_whatever_keeps_failing(failing)
     method, times, when = failing
     w.kube.fail(method, UNAVAILABLE, times=times, when=when)
     for _ in range(3):
-        w.pg._step()
+        w.pg.watchdog.step()
     assert w.pg.state != S.READY
     w.clock.now_s += TIMEOUT_S + 1
-    assert w.pg._step() == "done"
+    assert w.pg.watchdog.step() == "done"
     assert w.released() and w.pg.state == S.ROLLED_BACK and w.ray.leaked() == []
     assert w.pg.wait(0) is False
     with pytest.raises(PermanentError, match="rolled back"):
@@ -252,8 +252,8 @@ def test_a_release_while_the_watchdog_creates_the_ray_pg_leaves_no_pg(how, monke
     releaser.join(1.0)  # the release gives up waiting for the creation (a Ray call that hangs) ...
     proceed.set()  # ... and only then does Ray return the PG
     releaser.join(10)
-    w.pg._thread.join(10)
-    assert not releaser.is_alive() and not w.pg._thread.is_alive()
+    w.pg.watchdog.thread.join(10)
+    assert not releaser.is_alive() and not w.pg.watchdog.thread.is_alive()
     assert len(w.ray.created) == 1 and w.ray.leaked() == [], "the PG created under the release is removed"
     assert w.annotation(ANNOTATION_PLACEMENT_GROUP) is None
 
@@ -262,7 +262,7 @@ def test_a_release_that_fails_leaves_the_handle_retryable_and_does_not_claim_rel
     w = World()
     w.bound()
     w.nodes_joined()
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY
     w.kube.fail("patch_raycluster", UNAVAILABLE)
     with pytest.raises(TransientError):
@@ -280,7 +280,7 @@ def test_a_rollback_that_fails_is_finished_by_the_next_remove():
     w.bound()
     w.clock.now_s += TIMEOUT_S + 1
     w.kube.fail("patch_raycluster", UNAVAILABLE)
-    assert w.pg._step() == "done"  # the rollback failed: the watchdog says so and ends
+    assert w.pg.watchdog.step() == "done"  # the rollback failed: the watchdog says so and ends
     assert w.annotation(ANNOTATION_RESERVATION_STATE) == "failed" and not w.released()
     assert any("rollback" in m or "rolled back" in m or "failed" in m for m in w.said)
     w.pg.remove()
@@ -342,11 +342,11 @@ def test_a_state_configmap_deleted_under_a_waiting_gang_rolls_it_back_at_once():
     """The sidecar's GC (or a person) deleted the state ConfigMap while the gang waited: the next heartbeat's
     404 ends the watch and releases the rest, and wait()/ready() answer at once, not at the deadline."""
     w = World()
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.RESERVED
     del w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]
     w.clock.now_s += api.HEARTBEAT_EVERY_S + 1
-    assert w.pg._step() == "done"
+    assert w.pg.watchdog.step() == "done"
     assert w.pg.wait(0) is False and w.ray.leaked() == [] and w.released()
     with pytest.raises(PermanentError, match="state ConfigMap was deleted"):
         call_bounded(w.pg.ready, 2.0)
@@ -356,11 +356,11 @@ def test_a_state_configmap_deleted_under_a_running_gang_leaves_the_job_alone_unt
     w = World()
     w.bound()
     w.nodes_joined()
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY
     del w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]
     w.clock.now_s += api.HEARTBEAT_EVERY_S + 1
-    assert w.pg._step() == "done"  # no more heartbeats to a state object that is gone
+    assert w.pg.watchdog.step() == "done"  # no more heartbeats to a state object that is gone
     assert w.ray.removed == [] and not w.released() and w.pg.wait(0) is True  # the running job is not broken
     assert any("state ConfigMap was deleted" in m and "left alone" in m for m in w.said)
     w.pg.remove()

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import ray
 
-from raygpu.gang.ray_calls import RayCalls, RayDisconnected
+from raygpu.gang.api import RayCalls, RayDisconnected
 from raygpu.model.gang import ReservationState
 from tests.unit.test_gang_lifecycle import World
 
@@ -54,8 +54,8 @@ def ready_world() -> DisconnectingWorld:
     w = DisconnectingWorld()
     w.bound()
     w.nodes_joined()
-    w.pg._step()
-    w.pg._step()
+    w.pg.watchdog.step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.READY
     return w
 
@@ -63,7 +63,7 @@ def ready_world() -> DisconnectingWorld:
 def test_a_ready_gang_whose_driver_disconnected_is_released_by_the_watchdog_without_calling_ray():
     w = ready_world()
     w.connected = False  # the user's ray.shutdown() without remove_placement_group()
-    assert w.pg._step() == "done"
+    assert w.pg.watchdog.step() == "done"
     assert w.released() and w.pg.state == S.ROLLED_BACK, w.said  # ended with a reason, not by remove()
     assert "disconnected" in (w.pg.error or ""), w.pg.error
     assert w.calls_after == ["remove_placement_group"], "only the removal was tried, and it started nothing"
@@ -74,10 +74,10 @@ def test_a_ready_gang_whose_driver_disconnected_is_released_by_the_watchdog_with
 
 def test_a_waiting_gang_whose_driver_disconnected_is_rolled_back_at_once_not_at_its_deadline():
     w = DisconnectingWorld()
-    w.pg._step()
+    w.pg.watchdog.step()
     assert w.pg.state == S.RESERVED
     w.connected = False
-    assert w.pg._step() == "done"
+    assert w.pg.watchdog.step() == "done"
     assert w.released() and w.calls_after == [] and w.ray.created == []
 
 
