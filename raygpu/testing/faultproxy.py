@@ -194,6 +194,17 @@ class FaultProxy:
                 raise AssertionError(f"faultproxy: no such request within {timeout_s}s; log: {self.log}")
             time.sleep(POLL_S)
 
+    def write_log(self, path: str | Path) -> Path:
+        """Write the whole log to ``path``, one line per request in arrival order (index, verb, path?query, the
+        action, what the client and the API server answered, events streamed, done, the rule, the whole body),
+        for a failed test to leave behind. Returns the path."""
+        path = Path(path)
+        lines = [f"{i} {s.verb} {s.path}{'?' + s.query if s.query else ''} action={s.action} status={s.status} "
+                 f"upstream={s.upstream_status} events={s.events} done={s.done} "
+                 f"rule={s.rule!r} body={s.body.decode('utf-8', 'replace')!r}" for i, s in enumerate(self.log)]
+        path.write_text("".join(line + "\n" for line in lines))
+        return path
+
     def kubeconfig_for_token(self, token: str, path: str | Path, user: str = "proxied") -> Path:
         """Write a kubeconfig (mode 0600: it holds a token) that reaches the API server through this proxy."""
         import yaml
