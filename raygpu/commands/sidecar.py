@@ -95,24 +95,6 @@ def _where(args: argparse.Namespace, kube) -> tuple[str, str]:
     return ns, cluster
 
 
-def _problem_reporter(kube, namespace: str, cluster: str):
-    """The watch cache's ``on_problem``: a warning log line and a Warning Event InvalidSpec on the RayCluster."""
-    from raygpu.errors import RayGpuError
-
-    def report(message: str) -> None:
-        log.warning("invalid-spec", extra={"fields": {"namespace": namespace, "cluster": cluster, "problem": message}})
-        try:
-            rc = kube.get("ray.io/v1", "RayCluster", cluster, namespace)  # the Event needs its uid
-            if rc is None:
-                return
-            involved = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster, "namespace": namespace,
-                        "uid": rc["metadata"].get("uid", "")}
-            kube.event(involved, "InvalidSpec", message, type_="Warning", component="raygpu-sidecar")
-        except RayGpuError as e:
-            log.warning("event-failed", extra={"fields": {"reason": "InvalidSpec", "error": str(e)}})
-    return report
-
-
 def run(args: argparse.Namespace) -> int:
     import sys
     import time
@@ -121,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from raygpu.errors import RayGpuError
     from raygpu.reclaim import logs
     from raygpu.adapters.kube_watch import ClusterCache
-    from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
+    from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig, problem_reporter
     from raygpu.reclaim.metrics import SidecarMetrics
 
     logs.setup(args.json_logs)
@@ -152,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     config = SidecarConfig(namespace=namespace, cluster=cluster, ray_address=args.ray_address,
                            interval_s=args.interval_s, startup_grace_s=args.startup_grace_s,
                            heartbeat_timeout_s=args.heartbeat_timeout_s)
-    cache = ClusterCache(kube.api, namespace, cluster, on_problem=_problem_reporter(kube, namespace, cluster)).start()
+    cache = ClusterCache(kube.api, namespace, cluster, on_problem=problem_reporter(kube, namespace, cluster)).start()
     pause = args.debug_pause_before_apply_s
     reclaimer = Reclaimer(kube, cache, config, metrics,
                           before_apply=(lambda plan: time.sleep(pause)) if pause else None)

@@ -346,6 +346,27 @@ class Reclaimer:
         return {"namespace": self.config.namespace, "cluster": self.config.cluster, **fields}
 
 
+def problem_reporter(kube: KubeAdapter, namespace: str, cluster: str) -> Callable[[str], None]:
+    """The watch cache's ``on_problem`` for one RayCluster: a warning log line ``invalid-spec`` and a Warning
+    Event ``InvalidSpec`` on the RayCluster naming the problem.
+
+    The returned function never raises: a RayCluster that is gone gets no Event, and a failed Event write
+    (any ``RayGpuError``) is one ``event-failed`` log line; the cache and the cycle go on.
+    """
+    def report(message: str) -> None:
+        log.warning("invalid-spec", extra={"fields": {"namespace": namespace, "cluster": cluster, "problem": message}})
+        try:
+            rc = kube.get("ray.io/v1", "RayCluster", cluster, namespace)  # the Event needs its uid
+            if rc is None:
+                return
+            involved = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster, "namespace": namespace,
+                        "uid": rc["metadata"].get("uid", "")}
+            kube.event(involved, "InvalidSpec", message, type_="Warning", component="raygpu-sidecar")
+        except RayGpuError as e:
+            log.warning("event-failed", extra={"fields": {"reason": "InvalidSpec", "error": str(e)}})
+    return report
+
+
 def _concluded(report: CycleReport) -> CycleReport:
     """Step 8: a cycle that released something applied; one whose releases failed (and did nothing else) erred."""
     if report.released:

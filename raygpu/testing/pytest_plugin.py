@@ -10,6 +10,10 @@
 * ``pool`` (function): nodes private to the test (label ``raygpu.io/pool``),
   removed afterwards; ``pool.add({"n1": "h100x8"})``.
 * ``kube``: a DynamicClient as admin; ``core``: CoreV1Api.
+* ``keep_on_failure`` (function): ``keep(name, write)``; if the test fails, ``write(tmp_path / name)`` runs
+  (a fault proxy's log, say: ``keep("proxy.log", proxy.write_log)``) and the failure report gets a section
+  naming every file under the test's ``tmp_path`` (its sidecar and driver logs included), each with its
+  last ``KEEP_TAIL_LINES`` lines. The files stay where pytest keeps ``tmp_path`` (its last 3 runs).
 
 Tests in ``tests/integration`` get the ``testbed`` marker automatically.
 """
@@ -19,7 +23,9 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -124,3 +130,52 @@ def pool(testbed, ns):
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------------------- keep_on_failure
+KEEP_TAIL_LINES = 80  # of each kept file, in the failure report; the whole file stays under tmp_path
+
+
+@dataclass
+class _Kept:
+    root: Path
+    writers: list[tuple[str, Callable[[Path], Any]]] = field(default_factory=list)
+    written: bool = False
+
+    def write_all(self) -> tuple[str, str]:
+        """Run every writer, then name each file under ``root`` with its tail: a report section (title, text)."""
+        self.written = True
+        for name, write in self.writers:
+            try:
+                write(self.root / name)
+            except Exception as e:  # noqa: BLE001 - a writer that fails must not hide the test's own failure
+                (self.root / name).write_text(f"keep_on_failure: could not write {name}: {type(e).__name__}: {e}\n")
+        parts = []
+        for path in sorted(p for p in self.root.rglob("*") if p.is_file()):
+            lines = path.read_text(errors="replace").splitlines()
+            parts.append(f"==> {path} ({len(lines)} lines; the last {min(len(lines), KEEP_TAIL_LINES)}):")
+            parts.extend(lines[-KEEP_TAIL_LINES:])
+        return f"output kept under {self.root}", "\n".join(parts) or "(no files)"
+
+
+_KEEP = pytest.StashKey[_Kept]()
+
+
+@pytest.fixture
+def keep_on_failure(request, tmp_path) -> Callable[[str, Callable[[Path], Any]], None]:
+    kept = request.node.stash[_KEEP] = _Kept(tmp_path)
+
+    def keep(name: str, write: Callable[[Path], Any]) -> None:
+        if not name or "/" in name:
+            raise ValueError(f"keep_on_failure: {name!r} is not a plain file name")
+        kept.writers.append((name, write))
+    return keep
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    kept = item.stash.get(_KEEP, None)
+    if kept is not None and report.failed and not kept.written:
+        report.sections.append(kept.write_all())
+    return report

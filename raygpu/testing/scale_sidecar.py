@@ -58,9 +58,8 @@ def measure(kubeconfig: str, namespace: str, cluster: str, *, ray_imports: bool 
     """Run the steps above in this process and return the measurements (see the module docstring)."""
     from raygpu.adapters.kube import KubeAdapter
     from raygpu.adapters.kube_watch import ClusterCache
-    from raygpu.commands.sidecar import _problem_reporter
     from raygpu.reclaim import logs
-    from raygpu.reclaim.loop import Reclaimer, SidecarConfig
+    from raygpu.reclaim.loop import Reclaimer, SidecarConfig, problem_reporter
     from raygpu.reclaim.metrics import SidecarMetrics
     from raygpu.testing.synthetic_ray import PodsRayView, no_jobs
 
@@ -72,7 +71,7 @@ def measure(kubeconfig: str, namespace: str, cluster: str, *, ray_imports: bool 
 
     logs.setup(json_logs=True)
     kube = KubeAdapter(kubeconfig)
-    cache = ClusterCache(kube.api, namespace, cluster, on_problem=_problem_reporter(kube, namespace, cluster))
+    cache = ClusterCache(kube.api, namespace, cluster, on_problem=problem_reporter(kube, namespace, cluster))
     ray = PodsRayView(lambda: cache.view().pods)
     config = SidecarConfig(namespace=namespace, cluster=cluster, ray_address="synthetic-from-pods",
                            startup_grace_s=startup_grace_s)

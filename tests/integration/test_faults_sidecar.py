@@ -6,6 +6,8 @@ other, so a rule breaks exactly one side. A gang of 2 x 8 GPUs is made ready and
 bundles. Each test breaks one family of requests and checks, every time: the fault was really injected (the
 proxy's log), the gang keeps the same pods (never deleted while ready, never recreated) and its actors, and
 once released nothing is left (no worker group, state ConfigMap, PodGroup, reserved pod or Ray PG).
+A failed test keeps its whole output under its tmp_path (``keep_on_failure``): the sidecar's log, the driver's,
+and each proxy's log of every request; the failure report names each file with its last lines.
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ CM_LIST = r"/api/v1/namespaces/[^/]+/configmaps"
 
 
 @pytest.fixture
-def env(testbed, ns, pool, core, tmp_path):
+def env(testbed, ns, pool, core, tmp_path, keep_on_failure):
+    """On failure, both proxies' logs join the sidecar's and the driver's under tmp_path, and the report names
+    each file (a failure here was once never reproduced: the next one must be readable)."""
     with start_for(testbed) as drv, start_for(testbed) as side:
+        keep_on_failure("driver-proxy.log", drv.write_log)
+        keep_on_failure("sidecar-proxy.log", side.write_log)
         yield Env(testbed, ns, pool, core, tmp_path, drv, side,
                   str(drv.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "driver.kubeconfig")),
                   str(side.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "sidecar.kubeconfig")))

@@ -122,14 +122,16 @@ def test_reserve_creates_workload_then_pod_group_of_the_discovered_version_owned
     assert rsv.state is ReservationState.RESERVED
     assert [k for k, _ in kube.calls if k in ("api_group_kinds", "create")][:2] == ["api_group_kinds", "create"]
     assert [c[1] for c in writes(kube) if c[0] == "create"] == ["ConfigMap", W, PG]
-    cm_uid = kube.objects[("ConfigMap", "c-rg-job1")]["metadata"]["uid"]
+    cm_uid = kube.objects[("ConfigMap", "default", "c-rg-job1")]["metadata"]["uid"]
     for kind in (W, PG):
-        obj = kube.objects[(kind, "c-rg-job1")]
+        obj = kube.objects[(kind, "default", "c-rg-job1")]
         assert obj["apiVersion"] == "scheduling.k8s.io/v1alpha2"
         assert obj["metadata"]["ownerReferences"][0]["uid"] == cm_uid
-    assert kube.objects[(PG, "c-rg-job1")]["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
-    assert rsv.created == [("scheduling.k8s.io/v1alpha2", W, "c-rg-job1", "uid-c-rg-job1"),
-                           ("scheduling.k8s.io/v1alpha2", PG, "c-rg-job1", "uid-c-rg-job1")]
+    assert kube.objects[(PG, "default", "c-rg-job1")]["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    uid = {kind: kube.objects[(kind, "default", "c-rg-job1")]["metadata"]["uid"] for kind in (W, PG)}
+    assert len({cm_uid, *uid.values()}) == 3  # every object its own uid, as the API server gives
+    assert rsv.created == [("scheduling.k8s.io/v1alpha2", W, "c-rg-job1", uid[W]),
+                           ("scheduling.k8s.io/v1alpha2", PG, "c-rg-job1", uid[PG])]
 
 
 def test_on_a_server_without_the_api_nothing_is_created():
@@ -160,10 +162,10 @@ def test_a_users_pod_group_that_looks_like_ours_is_never_touched():
         "name": "c-rg-job1", "namespace": "default", "uid": "user-uid", "resourceVersion": "7",
         "labels": {"raygpu.io/reservation": "rg-job1", "raygpu.io/cluster": "c"}},
         "spec": {"schedulingPolicy": {"gang": {"minCount": 9}}}}
-    kube.objects[(PG, "c-rg-job1")] = dict(theirs)
+    kube.objects[(PG, "default", "c-rg-job1")] = dict(theirs)
     with pytest.raises(ConflictError):
         reserve(kube, gang(gpus(8, 2), backend="workload"), time.time())
-    assert kube.objects == {(PG, "c-rg-job1"): theirs}
+    assert kube.objects == {(PG, "default", "c-rg-job1"): theirs}
     assert (PG, "c-rg-job1") not in kube.deleted
 
 
@@ -172,10 +174,10 @@ def test_release_leaves_a_same_named_object_that_replaced_ours():
     rsv = reserve(kube, gang(gpus(8, 2), backend="workload", timeout_s=60), time.time())
     replaced = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": W,
                 "metadata": {"name": "c-rg-job1", "namespace": "default", "uid": "someone-else"}}
-    kube.objects[(W, "c-rg-job1")] = replaced
+    kube.objects[(W, "default", "c-rg-job1")] = replaced
     rsv.release(drain_timeout_s=0)
     assert rsv.state is ReservationState.RELEASED
-    assert kube.objects == {(W, "c-rg-job1"): replaced}  # our PodGroup and ConfigMap gone, their Workload kept
+    assert kube.objects == {(W, "default", "c-rg-job1"): replaced}  # our PodGroup and ConfigMap gone, their Workload kept
 
 
 # ------------------------------------------------------------------------------- pods outside the gang

@@ -137,6 +137,18 @@ def test_lost_answer_the_write_happens_upstream_but_the_client_hears_a_failure(p
     assert proxy.log[0].upstream_status == 201 and proxy.log[0].status == (500 if isinstance(action, Fail) else None)
 
 
+def test_write_log_leaves_every_request_with_its_fault_and_whole_body(proxy, upstream, tmp_path):
+    """What a failed testbed test leaves behind (keep_on_failure): one line per request, in order."""
+    rule = proxy.add(Rule(verb="PATCH", action=Fail(503), times=1))
+    body = b'{"metadata": {"annotations": {"raygpu.io/heartbeat-at": "1"}}, "pad": "' + b"x" * 5000 + b'"}'
+    assert call(proxy, "PATCH", "/echo/cm", body)[0] == 503
+    assert call(proxy, "GET", "/echo/a?watch=1")[0] == 200
+    first, second = proxy.write_log(tmp_path / "proxy.log").read_text().splitlines()
+    assert first.startswith("0 PATCH /echo/cm action=Fail(") and "status=503 upstream=None" in first
+    assert repr(rule) in first and "x" * 5000 in first  # the rule that applied, the whole body
+    assert second.startswith("1 GET /echo/a?watch=1 action=forward status=200 upstream=200")
+
+
 # ----------------------------------------------------------------- hanging
 def test_hang_never_answers_until_released(proxy, upstream):
     proxy.add(Rule(path="/echo/h", action=Hang()))

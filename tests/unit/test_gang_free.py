@@ -55,9 +55,9 @@ def world(allowed: bool) -> tuple[FakeKube, list[str]]:
     if allowed:
         kube.allowed = {("list", "nodes"), ("list", "pods")}
     for i in range(4):  # four nodes of pool small with 2 GPUs free each; no node of pool big at all
-        kube.objects[("Node", f"n{i}")] = raw_node(f"n{i}", "small")
-        kube.objects[("Pod", f"t{i}")] = raw_pod(f"t{i}", f"n{i}", 6)
-        kube.objects[("Pod", f"done{i}")] = raw_pod(f"done{i}", f"n{i}", 2, phase="Succeeded")
+        kube.put(raw_node(f"n{i}", "small"), "Node")
+        kube.put(raw_pod(f"t{i}", f"n{i}", 6), "Pod")  # in namespace "other": free capacity counts every namespace
+        kube.put(raw_pod(f"done{i}", f"n{i}", 2, phase="Succeeded"), "Pod")
     return kube, []
 
 

@@ -18,7 +18,7 @@ from raygpu.testing.fake_kube import FakeKube
 
 S = ReservationState
 GPU = "nvidia.com/gpu"
-LEASE = ("Lease", "raygpu-guard-default")
+LEASE = ("Lease", "default", "raygpu-guard-default")
 
 
 class Clock:
@@ -53,11 +53,11 @@ class World:
         raw["metadata"]["annotations"].update(annotations or {"raygpu.io/max-hold": "90s"})
         self.kube = FakeKube(raw, kuberay=True)
         if classes:
-            self.kube.objects[("PriorityClass", PRIORITY_CLASS_BLOCKER)] = {"metadata": {"name": PRIORITY_CLASS_BLOCKER}}
+            self.kube.objects[("PriorityClass", None, PRIORITY_CLASS_BLOCKER)] = {"metadata": {"name": PRIORITY_CLASS_BLOCKER}}
         for n in ("n1", "n2", "n3"):
-            self.kube.objects[("Node", n)] = node(n)
-        self.kube.objects[("Pod", "t1")] = tenant("t1", "n1", 6)
-        self.kube.objects[("Pod", "t3")] = tenant("t3", "n3", 2)
+            self.kube.objects[("Node", None, n)] = node(n)
+        self.kube.objects[("Pod", "default", "t1")] = tenant("t1", "n1", 6)
+        self.kube.objects[("Pod", "default", "t3")] = tenant("t3", "n3", 2)
         self.deletes: list[tuple[str, str, str | None]] = []
         real_delete = self.kube.delete
 
@@ -73,7 +73,7 @@ class World:
         self.kube.extra_pods = [K8sPodView(name=f"{self.group}-{i}", namespace="default", labels={
             LABEL_RESERVATION: self.group}, ray_cluster="c", ray_group=self.group) for i in range(2)]
         for p in self.kube.extra_pods:  # the same pods as objects, for the swap's patches
-            self.kube.objects[("Pod", p.name)] = {"metadata": {"name": p.name, "labels": dict(p.labels),
+            self.kube.objects[("Pod", "default", p.name)] = {"metadata": {"name": p.name, "labels": dict(p.labels),
                                                                 "resourceVersion": "1"}, "spec": {}}
         self.guard = Guard.of(self.rsv, self.clock, self.said.append)
 
@@ -82,7 +82,7 @@ class World:
         self.guard.step(state)
 
     def blockers(self) -> dict[str, dict]:
-        return {k[1]: o for k, o in self.kube.objects.items() if k[0] == "Pod" and LABEL_BLOCKER in
+        return {k[2]: o for k, o in self.kube.objects.items() if k[0] == "Pod" and LABEL_BLOCKER in
                 o["metadata"].get("labels", {})}
 
     def bind_gang(self) -> None:
@@ -116,7 +116,7 @@ def test_a_guarded_reservations_pods_are_gated_keep_the_users_priority_and_its_s
     group = next(g for g in world.kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == world.group)
     pod = group["template"]["spec"]
     assert pod["schedulingGates"] == [{"name": GUARD_GATE}] and "priorityClassName" not in pod
-    cm = world.kube.objects[("ConfigMap", world.rsv.plan.gang_name)]
+    cm = world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]
     assert cm["metadata"]["labels"][KEY_GUARD_SCOPE] == "default"
     assert cm["metadata"]["annotations"]["raygpu.io/expected-runtime-s"] == "120"
 
@@ -151,15 +151,15 @@ def test_the_first_in_line_takes_the_lease_and_binds_a_blocker_to_each_of_the_fr
     assert [e.reason for e in world.kube.events] == ["GuardHeld"]
     world.step()  # t3 still holds 2 GPUs of n3: no room for the gang yet, nothing created twice
     assert world.pod_patches() == [] and len(world.blockers()) == 2
-    assert ("Pod", "t1") in world.kube.objects and ("Pod", "t3") in world.kube.objects  # running pods untouched
+    assert ("Pod", "default", "t1") in world.kube.objects and ("Pod", "default", "t3") in world.kube.objects  # running pods untouched
 
 
 def test_an_older_waiting_gang_keeps_the_scope_and_nothing_is_placed():
     world = World()
-    world.kube.objects[("ConfigMap", "older")] = {"metadata": {
+    world.kube.objects[("ConfigMap", "default", "older")] = {"metadata": {
         "name": "older", "creationTimestamp": "2000-01-01T00:00:00Z", "labels": {KEY_GUARD_SCOPE: "default"},
         "annotations": {"raygpu.io/reservation-state": "reserved"}}}
-    world.kube.objects[("ConfigMap", world.rsv.plan.gang_name)]["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
+    world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
     world.step()
     assert world.lease() is None and not world.blockers()
 
@@ -183,7 +183,7 @@ def test_room_on_every_blocked_node_swaps_the_labelled_pinned_gang_in_then_only_
     world = World()
     world.step()
     mine = {n: b["metadata"]["uid"] for n, b in world.blockers().items()}
-    del world.kube.objects[("Pod", "t3")]  # the tenant's pod on n3 ends on its own
+    del world.kube.objects[("Pod", "default", "t3")]  # the tenant's pod on n3 ends on its own
     world.step()
     patches = world.pod_patches()
     pins = {p[2]: p[4]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -197,10 +197,10 @@ def test_room_on_every_blocked_node_swaps_the_labelled_pinned_gang_in_then_only_
     world.bind_gang()
     world.step()
     assert not world.blockers() and sorted(world.deletes) == sorted(("Pod", n, uid) for n, uid in mine.items())
-    world.kube.objects[("Pod", "not-mine")] = {"metadata": {"name": "not-mine", "labels": {
+    world.kube.objects[("Pod", "default", "not-mine")] = {"metadata": {"name": "not-mine", "labels": {
         LABEL_BLOCKER: world.group}, "ownerReferences": [{"kind": "ConfigMap", "uid": "someone-else"}]}, "spec": {}}
     world.step(S.ADMITTED)
-    assert ("Pod", "not-mine") in world.kube.objects and ("Pod", "t1") in world.kube.objects
+    assert ("Pod", "default", "not-mine") in world.kube.objects and ("Pod", "default", "t1") in world.kube.objects
     assert {d[1] for d in world.deletes} == set(mine)  # nothing but our own blockers was ever deleted
     assert "holderIdentity" not in world.lease()["spec"]
     assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardReleased"]
@@ -209,12 +209,12 @@ def test_room_on_every_blocked_node_swaps_the_labelled_pinned_gang_in_then_only_
 def test_a_swap_cut_short_by_a_failed_patch_is_finished_next_step_although_the_first_pod_took_its_room():
     world = World()
     world.step()
-    del world.kube.objects[("Pod", "t3")]
+    del world.kube.objects[("Pod", "default", "t3")]
     world.kube.fail("merge_patch", ConflictError("boom"), when=lambda *a: a[1] == "Pod" and a[2].endswith("-1")
                     and a[4]["spec"] == {"schedulingGates": None})
     with pytest.raises(ConflictError):
         world.step()
-    world.kube.objects[("Pod", "t3b")] = tenant("t3b", "n3", 8)  # pod 0 now bound there (room taken, as it should)
+    world.kube.objects[("Pod", "default", "t3b")] = tenant("t3b", "n3", 8)  # pod 0 now bound there (room taken, as it should)
     world.step()
     ungates = [p[2] for p in world.pod_patches() if p[4]["spec"] == {"schedulingGates": None}]
     assert ungates.count(f"{world.group}-1") == 2  # the failed try (recorded), then the one that lands
@@ -223,7 +223,7 @@ def test_a_swap_cut_short_by_a_failed_patch_is_finished_next_step_although_the_f
 def test_a_blocker_that_ended_blocks_nothing_and_the_gang_is_not_swapped_in():
     world = World()
     world.step()
-    del world.kube.objects[("Pod", "t3")]
+    del world.kube.objects[("Pod", "default", "t3")]
     next(iter(world.blockers().values()))["status"] = {"phase": "Failed"}  # e.g. a kubelet refused it
     world.step()
     assert world.pod_patches() == []
@@ -236,7 +236,7 @@ def test_past_max_hold_the_blockers_go_the_lease_is_freed_and_the_gang_queues_be
     world.step()
     assert not world.blockers() and "holderIdentity" not in world.lease()["spec"]
     assert {d[1] for d in world.deletes} and all(d[1].startswith(f"{world.rsv.plan.gang_name}-bl-") for d in world.deletes)
-    cm = world.kube.objects[("ConfigMap", world.rsv.plan.gang_name)]
+    cm = world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]
     assert cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] == "1"
     assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardTimedOut"] and world.guard.failed is None
 
@@ -244,7 +244,7 @@ def test_past_max_hold_the_blockers_go_the_lease_is_freed_and_the_gang_queues_be
 def test_swapped_in_but_not_bound_by_max_hold_rolls_the_gang_back():
     world = World()
     world.step()
-    del world.kube.objects[("Pod", "t3")]
+    del world.kube.objects[("Pod", "default", "t3")]
     world.step()  # swapped
     world.clock.tick(91)
     world.step()
@@ -260,8 +260,8 @@ def test_a_bad_max_hold_gets_an_event_and_the_default():
 def test_after_choosing_its_nodes_a_step_reads_only_those_nodes_and_the_pods_bound_there():
     world = World()
     for i in range(50):  # a bigger cluster: none of it should be read on every step
-        world.kube.objects[("Node", f"x{i}")] = node(f"x{i}")
-        world.kube.objects[("Pod", f"u{i}")] = tenant(f"u{i}", f"x{i}", 8)
+        world.kube.objects[("Node", None, f"x{i}")] = node(f"x{i}")
+        world.kube.objects[("Pod", "default", f"u{i}")] = tenant(f"u{i}", f"x{i}", 8)
     world.step()  # chooses n2 and n3 (one full read), creates the blockers
     world.kube.calls.clear()
     world.step()
@@ -270,6 +270,6 @@ def test_after_choosing_its_nodes_a_step_reads_only_those_nodes_and_the_pods_bou
     pod_lists = [a for m, a in reads if m == "list"]
     assert all(a[4] or a[3] for a in pod_lists)  # every Pod list is narrowed by a label or field selector
     assert sorted(a[4] for a in pod_lists if a[4]) == ["spec.nodeName=n2", "spec.nodeName=n3"]
-    del world.kube.objects[("Pod", "t3")]  # and what it reads is enough to see room and swap
+    del world.kube.objects[("Pod", "default", "t3")]  # and what it reads is enough to see room and swap
     world.step()
     assert world.pod_patches()

@@ -82,7 +82,7 @@ class World:
 
     @property
     def configmap(self) -> dict | None:
-        return self.kube.objects.get(("ConfigMap", self.pg.plan.gang_name))
+        return self.kube.objects.get(("ConfigMap", "default", self.pg.plan.gang_name))
 
     def annotation(self, key: str) -> str | None:
         return ((self.configmap or {}).get("metadata", {}).get("annotations") or {}).get(key)
@@ -163,7 +163,7 @@ def test_a_lifecycle_write_that_fails_once_lands_on_the_next_step_and_the_driver
     w = World()
     w.pods_running()
     w.nodes_joined()
-    w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]["metadata"]["annotations"][ANNOTATION_HEARTBEAT] = "0"
+    w.kube.objects[("ConfigMap", "default", w.pg.plan.gang_name)]["metadata"]["annotations"][ANNOTATION_HEARTBEAT] = "0"
     w.kube.fail("merge_patch", UNAVAILABLE, when=failing_write)
     w.pg.watchdog.step()  # everything would happen in this one step, but one write gets a 503
     assert w.pg.state.value == w.annotation(ANNOTATION_RESERVATION_STATE), "the driver believes what the ConfigMap says"
@@ -311,7 +311,7 @@ def test_a_state_configmap_whose_create_answer_was_lost_is_deleted_and_only_that
 
     def someone_elses(obj):  # the name is taken by the time our create's error comes back
         other = dict(obj, metadata={**obj["metadata"], "annotations": {ANNOTATION_REQUEST_ID: "not-ours"}})
-        kube.objects[("ConfigMap", obj["metadata"]["name"])] = {**other, "metadata": {**other["metadata"], "uid": "u2"}}
+        kube.objects[("ConfigMap", "default", obj["metadata"]["name"])] = {**other, "metadata": {**other["metadata"], "uid": "u2"}}
         return True
     kube.fail("create", TransientError("create ConfigMap: timed out"), when=lambda obj: obj["kind"] == "ConfigMap"
               and someone_elses(obj))
@@ -344,7 +344,7 @@ def test_a_state_configmap_deleted_under_a_waiting_gang_rolls_it_back_at_once():
     w = World()
     w.pg.watchdog.step()
     assert w.pg.state == S.RESERVED
-    del w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]
+    del w.kube.objects[("ConfigMap", "default", w.pg.plan.gang_name)]
     w.clock.now_s += api.HEARTBEAT_EVERY_S + 1
     assert w.pg.watchdog.step() == "done"
     assert w.pg.wait(0) is False and w.ray.leaked() == [] and w.released()
@@ -358,7 +358,7 @@ def test_a_state_configmap_deleted_under_a_running_gang_leaves_the_job_alone_unt
     w.nodes_joined()
     w.pg.watchdog.step()
     assert w.pg.state == S.READY
-    del w.kube.objects[("ConfigMap", w.pg.plan.gang_name)]
+    del w.kube.objects[("ConfigMap", "default", w.pg.plan.gang_name)]
     w.clock.now_s += api.HEARTBEAT_EVERY_S + 1
     assert w.pg.watchdog.step() == "done"  # no more heartbeats to a state object that is gone
     assert w.ray.removed == [] and not w.released() and w.pg.wait(0) is True  # the running job is not broken

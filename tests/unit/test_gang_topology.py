@@ -196,11 +196,11 @@ def test_a_dropped_required_topology_fails_the_reservation_and_rolls_everything_
 def test_a_kept_constraint_reserves():
     kube = FakeKube(BASE.raw(), kuberay=True)
     rsv = reserve(kube, request(REQUIRED, "workload", n=2), time.time())
-    assert kube.objects[("PodGroup", "c-rg-job1")]["spec"]["schedulingConstraints"] == {"topology": [{"key": ZONE}]}
+    assert kube.objects[("PodGroup", "default", "c-rg-job1")]["spec"]["schedulingConstraints"] == {"topology": [{"key": ZONE}]}
     assert rsv.plan.topology == REQUIRED
 
 
 def test_a_preferred_topology_on_a_gate_off_server_is_not_an_error():
     kube = GateOffKube(BASE.raw(), kuberay=True)
     rsv = reserve(kube, request(PREFERRED, "workload", n=2), time.time())
-    assert rsv.plan.topology == PREFERRED and ("PodGroup", "c-rg-job1") in kube.objects
+    assert rsv.plan.topology == PREFERRED and ("PodGroup", "default", "c-rg-job1") in kube.objects

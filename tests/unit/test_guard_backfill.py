@@ -43,7 +43,7 @@ def hinted_world(t1_ads: int | None = None, t3_ads: int | None = 200) -> tuple[W
     w, wall = World(), Wall()
     w.kube.allowed |= RIGHTS
     for name, ads in (("t1", t1_ads), ("t3", t3_ads)):
-        pod = w.kube.objects[("Pod", name)]
+        pod = w.kube.objects[("Pod", "default", name)]
         pod["status"]["startTime"] = rfc3339(WALL - 100)
         if ads is not None:
             pod["spec"]["activeDeadlineSeconds"] = ads
@@ -58,7 +58,7 @@ def backfiller(w: World, wall: Wall, name: str, hint: float, bound: bool = False
     pod = f"{rsv.plan.reservation_group}-0"
     tpl = next(g for g in w.kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
     assert tpl["template"]["spec"]["schedulingGates"] == [{"name": BACKFILL_GATE}]  # KubeRay makes it gated
-    w.kube.objects[("Pod", pod)] = {"metadata": {"name": pod, "namespace": "default", "resourceVersion": "1",
+    w.kube.objects[("Pod", "default", pod)] = {"metadata": {"name": pod, "namespace": "default", "resourceVersion": "1",
                                                  "labels": {LABEL_RESERVATION: rsv.plan.reservation_group}},
                                     "spec": {"nodeName": "n2"} if bound else {"schedulingGates": [
                                         {"name": BACKFILL_GATE}]}}
@@ -68,7 +68,7 @@ def backfiller(w: World, wall: Wall, name: str, hint: float, bound: bool = False
 
 
 def pass_of(w: World, pod: str) -> str | None:
-    return w.kube.objects[("Pod", pod)]["metadata"]["labels"].get(LABEL_GUARD_PASS)
+    return w.kube.objects[("Pod", "default", pod)]["metadata"]["labels"].get(LABEL_GUARD_PASS)
 
 
 def test_the_hint_goes_on_the_gangs_pods_and_only_an_unguarded_hinted_gang_backfills():
@@ -134,8 +134,8 @@ def test_a_short_hint_gets_the_pass_on_its_own_pending_pods_and_a_long_one_does_
     patched = [c[1][2] for c in w.kube.calls if c[0] == "merge_patch" and c[1][1] == "Pod"]
     assert patched == [short_pod, long_pod]  # the bound pod is never patched
     for p in (short_pod, long_pod):  # the first decision lifts the gate: scheduled as usual, with or without pass
-        assert not w.kube.objects[("Pod", p)]["spec"].get("schedulingGates")
-    assert w.kube.objects[("Pod", "t1")]["metadata"]["labels"] == {}  # nobody else's pod is touched
+        assert not w.kube.objects[("Pod", "default", p)]["spec"].get("schedulingGates")
+    assert w.kube.objects[("Pod", "default", "t1")]["metadata"]["labels"] == {}  # nobody else's pod is touched
     wall.now_s += 5  # still pending 5 s later: it would now end inside the hold, so the pass goes
     w.clock.tick()
     short.step(S.RESERVED)
@@ -160,7 +160,7 @@ def test_before_its_swap_the_holder_revokes_passes_still_pending_then_swaps():
     bf, pod = backfiller(w, wall, "late", hint=10)
     bf.step(S.RESERVED)
     assert pass_of(w, pod) == w.rsv.plan.gang_name
-    del w.kube.objects[("Pod", "t3")]  # t3 ends early: room on every held node now
+    del w.kube.objects[("Pod", "default", "t3")]  # t3 ends early: room on every held node now
     w.step()
     assert pass_of(w, pod) is None and not w.guard.swapped  # revoked first; no gang pod patched yet
     assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_START] == f"{WALL:.0f}"  # starts now
@@ -197,7 +197,7 @@ def test_a_lease_read_forbidden_later_still_lifts_the_gate_without_a_pass():
     bf, pod = backfiller(w, wall, "norbac", hint=1)
     w.kube.fail("get", ForbiddenError("403"), when=lambda *a: a[1] == "Lease")
     bf.step(S.RESERVED)
-    assert pass_of(w, pod) is None and not w.kube.objects[("Pod", pod)]["spec"].get("schedulingGates")
+    assert pass_of(w, pod) is None and not w.kube.objects[("Pod", "default", pod)]["spec"].get("schedulingGates")
 
 
 def test_the_decision_is_said_once_while_only_its_numbers_change():

@@ -20,9 +20,9 @@ def kube(*slices: dict, claims: tuple[dict, ...] = (), served=(V1,)) -> FakeKube
     k = FakeKube({"metadata": {"name": "rc", "namespace": "default"}})
     k.served_kinds = set(served)
     for i, o in enumerate(slices):
-        k.objects[("ResourceSlice", o["metadata"].get("name", f"#{i}"))] = o
+        k.objects[("ResourceSlice", None, o["metadata"].get("name", f"#{i}"))] = o
     for o in claims:
-        k.objects[("ResourceClaim", o["metadata"]["name"])] = o
+        k.objects[("ResourceClaim", "default", o["metadata"]["name"])] = o
     return k
 
 

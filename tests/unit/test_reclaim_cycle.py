@@ -16,7 +16,7 @@ from raygpu.model.gc import ReservationRecord
 from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import PgState, PlacementGroupView, RayView
-from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
+from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig, problem_reporter
 from raygpu.testing.builders.recorded import ALL_IDLE, NOW_S, NS, PODS, R, RECORDED, RV0, pod, ray_view
 from raygpu.testing.fake_kube import FakeKube
 
@@ -302,7 +302,7 @@ def test_liveness_is_measured_on_the_sidecars_clock():
     kube = fake_kube(with_reservation_group("rg-train", replicas=0))
     kube.configmaps = {"rc-rg-train"}
     cache = FakeCache(kube, [state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 61)])
-    kube.objects[("ConfigMap", "rc-rg-train")] = raw_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 11)
+    kube.objects[("ConfigMap", NS, "rc-rg-train")] = raw_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 11)
     now = [NOW_S]
     r = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
     r.clock = lambda: now[0]
@@ -333,7 +333,7 @@ def test_a_heartbeat_the_hung_watch_did_not_deliver_never_reads_as_lost():
     r.clock = lambda: now[0]
     assert r.cycle().gc.decisions[0].reason.value == "Live"
     for beat in (40, 80):  # the driver beats on; the hung watch delivers none of it
-        kube.objects[("ConfigMap", "rc-rg-train")] = raw_cm("rc-rg-train", "rg-train", pg="aa",
+        kube.objects[("ConfigMap", NS, "rc-rg-train")] = raw_cm("rc-rg-train", "rg-train", pg="aa",
                                                             heartbeat_at_s=NOW_S + beat)
         now[0] += 61  # past the 60 s timeout since the sidecar last saw a change
         rep = r.cycle()
@@ -410,3 +410,15 @@ def test_the_sidecar_plans_its_cycle_with_the_collector_paused_and_restores_it(m
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_an_invalid_spec_is_a_warning_event_on_the_raycluster_and_never_an_exception():
+    """The watch cache's on_problem (reclaim.loop.problem_reporter): an Event on this namespace's RayCluster only."""
+    kube = fake_kube(RECORDED)
+    problem_reporter(kube, NS, "rc")("Pod w1: rayStartParams num-gpus 'abc'")
+    (ev,) = kube.with_reason("InvalidSpec")
+    assert (ev.kind, ev.name, ev.type) == ("RayCluster", "rc", "Warning") and "'abc'" in ev.message
+    problem_reporter(kube, "elsewhere", "rc")("no such RayCluster in this namespace")  # no Event, no exception
+    kube.fail("get", TransientError("get RayCluster: 503"))
+    problem_reporter(kube, NS, "rc")("the uid lookup fails")  # logged, not raised
+    assert len(kube.with_reason("InvalidSpec")) == 1

@@ -78,7 +78,7 @@ def gauge(r: Reclaimer, group: str) -> float | None:
 
 
 def stored(kube: FakeKube) -> dict:
-    return kube.objects[("ConfigMap", CM)]
+    return kube.objects[("ConfigMap", NS, CM)]
 
 
 # ------------------------------------------------------------------ the annotation
@@ -193,7 +193,7 @@ def test_a_failed_write_loses_nothing_the_next_write_carries():
     w = World(kube)
     r = w.reclaimer()
     w.learn(r, 6)  # the write of cycle 6 fails
-    assert ("ConfigMap", CM) not in kube.objects
+    assert ("ConfigMap", NS, CM) not in kube.objects
     w.learn(r, 1)  # the next cycle writes again, with every sample
     saved = decode_history(stored(kube)["data"][WARM_STATE_KEY])
     assert len(saved.groups["gpu"].demand) == 7
