@@ -7,6 +7,7 @@ other. Prints each cycle as one strongly connected component (Tarjan, iterative)
 
 from __future__ import annotations
 
+import os
 import sys
 
 import grimp
@@ -62,6 +63,9 @@ def cycles(graph: "grimp.ImportGraph", package: str) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     package = (argv or sys.argv[1:] or ["raygpu"])[0]
+    # The package is read from the working directory, as lint-imports reads it: `python .ci/import_cycles.py`
+    # puts .ci/ first on the path, so an editable install elsewhere (another checkout) would be read instead.
+    sys.path.insert(0, os.getcwd())
     graph = grimp.build_graph(package, include_external_packages=False)
     found = cycles(graph, package)
     for comp in found:
