@@ -9,7 +9,7 @@ import signal
 import threading
 from pathlib import Path
 
-from raygpu.commands.argtypes import port, seconds
+from raygpu.commands.argtypes import add_request_timeout, port, seconds
 
 log = logging.getLogger("raygpu.sidecar")
 
@@ -72,6 +72,7 @@ def register(subparsers) -> None:
     p.add_argument("--heartbeat-timeout-s", type=_positive, default=60.0,
                    help="release a reservation whose driver has not beaten for this long (default 60); keep it "
                         "well above the drivers' 10 s heartbeat period, or live gangs are released")
+    add_request_timeout(p)
     p.add_argument("--debug-pause-before-apply-s", type=_non_negative, default=0.0,
                    help=argparse.SUPPRESS)  # fault injection for tests: widen the plan -> patch window
     p.set_defaults(func=run)
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        kube = KubeAdapter(args.kubeconfig)
+        kube = KubeAdapter(args.kubeconfig, first_contact_timeout_s=args.request_timeout)
         namespace, cluster = _where(args, kube)
     except Exception as e:  # noqa: BLE001 - e.g. no kubeconfig and not in a pod: bad usage, not a crash
         if server is not None:

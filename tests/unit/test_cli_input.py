@@ -127,7 +127,7 @@ def test_plan_on_a_cluster_with_a_bad_num_gpus_exits_2_with_one_line(monkeypatch
     obj["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = "abc"
 
     class Fake:
-        def __init__(self, kubeconfig=None):
+        def __init__(self, kubeconfig=None, first_contact_timeout_s=None):
             pass
 
         def get_raycluster(self, namespace, name):

@@ -223,7 +223,7 @@ def cli(monkeypatch, capsys):
     def go(argv, snapshot=None, obj=None, kube_cls=None):
         made = {}
 
-        def adapter(kubeconfig=None):
+        def adapter(kubeconfig=None, first_contact_timeout_s=None):
             made["kube"] = (kube_cls or CliKube)(kubeconfig, obj)
             return made["kube"]
         monkeypatch.setattr(kube_mod, "KubeAdapter", adapter)
