@@ -17,6 +17,11 @@ Promises:
   per attempt unless the caller passes its own, as the watch cache does): a
   server that accepts and never answers gives a ``TransientError``, never a
   thread blocked for good.
+* The first contact (loading the kubeconfig, which runs its exec credential
+  plugin, then API discovery) ends within one deadline, ``first_contact_timeout_s``
+  (default ``FIRST_CONTACT_TIMEOUT_S``, 15 s; ``$RAYGPU_REQUEST_TIMEOUT_S``; the
+  CLIs' ``--request-timeout``), else a ``TransientError`` that says which step
+  hung. A credential refresh that runs the exec plugin again has the same bound.
 * One object that does not parse never hides the others: a bad value takes a
   safe default and is recorded in the view's ``problems`` (and logged); an
   object that cannot be parsed at all is skipped with a warning naming it.
@@ -26,8 +31,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
+import os
 import re
 import logging
+import threading
 from typing import Any, Callable, Iterable, TypeVar
 
 from raygpu.errors import (ConflictError, ForbiddenError, InvalidError, NotFoundError, PermanentError, RayGpuError,
@@ -42,7 +50,63 @@ RAYCLUSTER = ("ray.io/v1", "RayCluster")
 # caller retries instead of a thread blocked for good (the Python client's default is no timeout).
 # urllib3 retries a timed-out GET up to 3 times, so a silent server answers a read within 4 deadlines.
 REQUEST_TIMEOUT: tuple[float, float] = (5, 30)
+# The first contact (kubeconfig load with its exec credential plugin, then API discovery) as a whole, like
+# kubectl's --request-timeout: the per-request deadline above, retried, would take minutes on a silent server,
+# and the kubernetes client runs an exec plugin with no deadline at all.
+FIRST_CONTACT_TIMEOUT_S = 15.0
+MAX_FIRST_CONTACT_TIMEOUT_S = 600.0  # (0, 600]: longer is a typo, and a CLI that waits 10 min looks hung
+REQUEST_TIMEOUT_ENV = "RAYGPU_REQUEST_TIMEOUT_S"
 _O = TypeVar("_O")
+
+
+def first_contact_timeout_s_of(value: float | None = None) -> float:
+    """The first contact's deadline: ``value``, else ``$RAYGPU_REQUEST_TIMEOUT_S``, else ``FIRST_CONTACT_TIMEOUT_S``.
+
+    Raises PermanentError unless it is a finite number of seconds in (0, ``MAX_FIRST_CONTACT_TIMEOUT_S``].
+    """
+    where = "request timeout"
+    if value is None:
+        text = os.environ.get(REQUEST_TIMEOUT_ENV, "").strip()
+        if not text:
+            return FIRST_CONTACT_TIMEOUT_S
+        where = f"${REQUEST_TIMEOUT_ENV}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise PermanentError(f"{where}={text!r} is not a number of seconds") from None
+    try:
+        ok = math.isfinite(value) and 0 < value <= MAX_FIRST_CONTACT_TIMEOUT_S
+    except TypeError:
+        ok = False
+    if not ok:
+        raise PermanentError(f"{where} must be a finite number of seconds > 0 and <= "
+                             f"{MAX_FIRST_CONTACT_TIMEOUT_S:g}, got {value!r}")
+    return float(value)
+
+
+def within(deadline_s: float, fn: Callable[[], _O], doing: list[str]) -> _O:
+    """``fn()`` in a daemon thread, its result or its exception; TransientError if it has not returned
+    within ``deadline_s``, naming ``doing[-1]`` (what ``fn`` was doing then: it appends as it goes).
+
+    A call that timed out keeps running in its thread (a hung exec plugin included: the kubernetes client
+    gives no handle on it) and its result is dropped; the caller has its answer within the deadline.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+    t = threading.Thread(target=run, name="raygpu-kube-first-contact", daemon=True)
+    t.start()
+    t.join(deadline_s)
+    if t.is_alive():
+        raise TransientError(f"no answer within {deadline_s:g} s (--request-timeout, ${REQUEST_TIMEOUT_ENV}) while "
+                             f"{doing[-1]}", delay_s=1.0)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def with_default_timeout(api_client: Any, timeout: tuple[float, float]) -> Any:
@@ -132,14 +196,32 @@ class KubeAdapter:
     """A typed, error-converting view of one Kubernetes API server."""
 
     def __init__(self, kubeconfig: str | None = None, api_client: Any = None,
-                 request_timeout: tuple[float, float] | None = None) -> None:
+                 request_timeout: tuple[float, float] | None = None,
+                 first_contact_timeout_s: float | None = None) -> None:
         """Connect to the API server of ``kubeconfig`` (else $KUBECONFIG / ~/.kube/config, else in-cluster).
 
         ``request_timeout`` (connect, read) in seconds, default ``REQUEST_TIMEOUT``, bounds every
-        request that passes none, discovery included. Raises PermanentError when there is no
-        configuration to load, TransientError when the server does not answer discovery in time,
-        ForbiddenError when it refuses the credential.
+        request that passes none, discovery included. ``first_contact_timeout_s`` (default
+        ``$RAYGPU_REQUEST_TIMEOUT_S``, else 15 s; finite, in (0, 600]) bounds the whole construction:
+        loading the kubeconfig (its exec credential plugin runs here) and API discovery; the same bound
+        applies to each later run of the exec plugin (credential refresh). Raises PermanentError for a
+        bad timeout (before any contact) or when there is no configuration to load, TransientError when
+        the plugin or the server does not answer in time, ForbiddenError when it refuses the credential.
         """
+        deadline_s = first_contact_timeout_s_of(first_contact_timeout_s)
+        where = kubeconfig or "$KUBECONFIG / ~/.kube/config"
+        doing = [f"loading kubeconfig {where} (its exec credential plugin, if it has one, did not return)"]
+        self.api, self.dyn = within(deadline_s, lambda: self._connect(kubeconfig, api_client, request_timeout,
+                                                                      deadline_s, doing), doing)
+        self.timeout = self.api.rest_client._raygpu_timeout
+        self._t = {"_request_timeout": self.timeout}
+        from kubernetes import client
+        self.core = client.CoreV1Api(self.api)
+
+    @staticmethod
+    def _connect(kubeconfig: str | None, api_client: Any, request_timeout: tuple[float, float] | None,
+                 deadline_s: float, doing: list[str]) -> tuple[Any, Any]:
+        """Load the configuration and run API discovery: (ApiClient, DynamicClient). ``doing`` gets each step."""
         from kubernetes import client, config
         from kubernetes.dynamic import DynamicClient
         if api_client is None:
@@ -154,16 +236,21 @@ class KubeAdapter:
                     raise PermanentError(f"no Kubernetes configuration: no kubeconfig ({e}) and not in a pod "
                                          f"({e2}); pass --kubeconfig or set KUBECONFIG") from None
                 api_client = client.ApiClient()
-        self.timeout = tuple(request_timeout or REQUEST_TIMEOUT)
-        self._t = {"_request_timeout": self.timeout}
-        self.api = with_default_timeout(api_client, self.timeout)
-        self.core = client.CoreV1Api(api_client)
+        with_default_timeout(api_client, tuple(request_timeout or REQUEST_TIMEOUT))
+        cfg = api_client.configuration
+        hook = getattr(cfg, "refresh_api_key_hook", None)
+        if hook is not None:  # an expired exec/OIDC token is refreshed before a request: the same bound
+            def refresh(c: Any, hook: Any = hook) -> None:
+                within(deadline_s, lambda: hook(c), ["refreshing the kubeconfig's credential (its exec "
+                                                     "credential plugin did not return)"])
+            cfg.refresh_api_key_hook = refresh
+        doing.append(f"API discovery at {cfg.host} (the server did not answer)")
         try:
-            self.dyn = DynamicClient(api_client)  # reads /version and the API groups: discovery
+            return api_client, DynamicClient(api_client)  # reads /version and the API groups: discovery
         except Exception as e:  # noqa: BLE001
-            err = _convert(e, f"API discovery at {api_client.configuration.host}")
+            err = _convert(e, f"API discovery at {cfg.host}")
             raise (err if isinstance(err, RayGpuError) else
-                   PermanentError(f"API discovery at {api_client.configuration.host}: {type(e).__name__}: {e}")) from e
+                   PermanentError(f"API discovery at {cfg.host}: {type(e).__name__}: {e}")) from e
 
     def _res(self, api_version: str, kind: str):
         return self.dyn.resources.get(api_version=api_version, kind=kind)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from raygpu.model.base import timestamp_s
-from raygpu.model.raycluster import ParseProblem, param_number, resource_map
+from raygpu.model.raycluster import MAX_NUM_GPUS, ParseProblem, param_number, resource_map
 from raygpu.model.views import DeviceHealthView, K8sNodeView, K8sPodView, Taint, Toleration
 
 
@@ -24,12 +24,12 @@ def _sum_resources(containers: list[dict[str, Any]], key: str, obj: str,
 
 
 def start_cmd_num_gpus(value: str, obj: str, problems: list[ParseProblem]) -> float | None:
-    """``--num-gpus=N`` of a KUBERAY_GEN_RAY_START_CMD; None (recorded) when N is not a number >= 0."""
+    """``--num-gpus=N`` of a KUBERAY_GEN_RAY_START_CMD; None (recorded) unless N is a number in [0, 1024]."""
     raw = value.split("--num-gpus=")[1].split()[0] if value.split("--num-gpus=")[1].split() else ""
     given = param_number(raw)
     if given is None:
         problems.append(ParseProblem(obj=obj, field="env.KUBERAY_GEN_RAY_START_CMD --num-gpus", value=raw,
-                                     reason="is not a number >= 0", default_used="its group's rayStartParams"))
+                                     reason=f"is not a number in [0, {MAX_NUM_GPUS:g}]", default_used="its group's rayStartParams"))
     return given
 
 

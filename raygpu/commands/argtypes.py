@@ -31,6 +31,19 @@ def seconds(*, minimum: float = 0.0, inclusive: bool = True, maximum: float = MA
     return parse
 
 
+def add_request_timeout(parser: argparse.ArgumentParser) -> None:
+    """``--request-timeout SECONDS``: the deadline of the first contact with Kubernetes (the kubeconfig's exec
+    credential plugin, then API discovery), as kubectl's flag of that name; ``args.request_timeout`` (None: the
+    adapter's default, ``$RAYGPU_REQUEST_TIMEOUT_S`` else 15 s)."""
+    from raygpu.adapters.kube import FIRST_CONTACT_TIMEOUT_S, MAX_FIRST_CONTACT_TIMEOUT_S, REQUEST_TIMEOUT_ENV
+    parser.add_argument(
+        "--request-timeout", type=seconds(minimum=0.0, inclusive=False, maximum=MAX_FIRST_CONTACT_TIMEOUT_S),
+        default=None, metavar="SECONDS",
+        help=f"give up on the first contact with Kubernetes (the kubeconfig's exec credential plugin, then API "
+             f"discovery) after this long, exit 2 with the reason: finite, > 0, <= {MAX_FIRST_CONTACT_TIMEOUT_S:g} "
+             f"(default ${REQUEST_TIMEOUT_ENV}, else {FIRST_CONTACT_TIMEOUT_S:g})")
+
+
 def port(text: str) -> int:
     """A TCP port 0..65535 (0: disabled, where the option says so)."""
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from raygpu.commands.argtypes import seconds
+from raygpu.commands.argtypes import add_request_timeout, seconds
 from raygpu.doctor.run import run
 
 DESCRIPTION = """\
@@ -48,6 +48,7 @@ def register(sub) -> None:
     p.add_argument("--kubeconfig", default=None,
                    help="kubeconfig (default: $KUBECONFIG, else the testbed's when it is up, else "
                         "~/.kube/config or in-cluster)")
+    add_request_timeout(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON (DoctorReport + exit_code)")
     p.add_argument("--nvml", action="store_true",
                    help="also probe NVML on every Ray node (a num_cpus=0 task pinned to each node; connects a driver)")

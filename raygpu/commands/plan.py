@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from raygpu.commands.argtypes import add_request_timeout
 from raygpu.errors import InfeasibleError, PermanentError, RayGpuError, TransientError
 
 MAX_COUNT = 10_000  # --count above this is a typo, not a gang
@@ -43,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("--queue", default=None,
                    help="Kueue LocalQueue or Volcano queue (default: the RayCluster's raygpu.io/queue annotation)")
     p.add_argument("--kubeconfig", default=None)
+    add_request_timeout(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -92,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(2, str(e))
     try:
         plan = plan_placement_group(bundles, args.strategy, cluster=args.cluster, namespace=args.namespace,
-                                    backend=args.backend, queue=args.queue, kubeconfig=args.kubeconfig)
+                                    backend=args.backend, queue=args.queue, kubeconfig=args.kubeconfig,
+                                    request_timeout_s=args.request_timeout)
     except InfeasibleError as e:
         print(json.dumps({"feasible": False, "error": str(e), "bundle_index": e.bundle_index,
                           "resource": e.resource, "requested": e.requested, "limit": e.limit}) if args.json

@@ -9,11 +9,15 @@ import signal
 import threading
 from pathlib import Path
 
-from raygpu.commands.argtypes import port, seconds
+from raygpu.commands.argtypes import add_request_timeout, port, seconds
 
 log = logging.getLogger("raygpu.sidecar")
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+MIN_INTERVAL_S = 1.0  # a cycle reads the GCS and plans: more often than 1 s is load, not freshness
+MAX_INTERVAL_S = 3600.0  # rarer than hourly and the garbage collection and scale-down effectively stop
+HEARTBEAT_BEATS = 3  # --heartbeat-timeout-s >= this many driver heartbeat periods
+MAX_HEARTBEAT_TIMEOUT_S = 86400.0  # a dead driver's gang held longer than a day is a typo's cost
 DESCRIPTION = """\
 Scale idle Ray workers of one RayCluster down, and garbage-collect gang
 reservations nobody will release. Runs as a container next to the Ray head.
@@ -29,7 +33,7 @@ group's minReplicas is never removed.
 
 RayCluster annotations:
   raygpu.io/reclaim                off | dry-run | on   (default dry-run: plan, report, write nothing)
-  raygpu.io/idle-timeout           e.g. 300s, 10m       (default 10m)
+  raygpu.io/idle-timeout           e.g. 300s, 10m       (default 10m; 1s to 30 days)
   raygpu.io/idle-timeout.<group>   per worker group override
 A bad value gives a Warning Event InvalidAnnotation on the RayCluster (once
 per value) and the safe default; the sidecar keeps running. So does a value
@@ -43,7 +47,9 @@ decision that changed and per cycle (JSON with --json-logs).
 
 SIGTERM or SIGINT stop it between cycles. Exit codes: 0 stopped cleanly,
 1 the last --once cycle failed, 2 bad usage (checked before anything is
-contacted: numbers finite and in range, the metrics port free) or no access
+contacted: numbers finite and in range - --interval-s 1 to 3600,
+--heartbeat-timeout-s at least three driver heartbeats (30) and at most a
+day - the metrics port free) or no access
 to the cluster (no kubeconfig, unreachable, credential refused).
 """
 
@@ -59,8 +65,8 @@ def register(subparsers) -> None:
                    help="GCS address host:port (default: $RAY_ADDRESS, else 127.0.0.1:6379)")
     p.add_argument("--kubeconfig", default=None,
                    help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else in-cluster)")
-    p.add_argument("--interval-s", type=_positive, default=10.0,
-                   help="seconds between cycles: finite, > 0 (default 10)")
+    p.add_argument("--interval-s", type=seconds(minimum=MIN_INTERVAL_S, maximum=MAX_INTERVAL_S), default=10.0,
+                   help=f"seconds between cycles: {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} (default 10)")
     p.add_argument("--once", action="store_true",
                    help="run one cycle (re-planning at once after a conflict) and exit")
     p.add_argument("--metrics-port", type=port, default=9108, help="Prometheus port; 0 disables (default 9108)")
@@ -70,15 +76,35 @@ def register(subparsers) -> None:
     p.add_argument("--startup-grace-s", type=_non_negative, default=120.0,
                    help="a worker younger than this is never idle (default 120)")
     p.add_argument("--heartbeat-timeout-s", type=_positive, default=60.0,
-                   help="release a reservation whose driver has not beaten for this long (default 60); keep it "
-                        "well above the drivers' 10 s heartbeat period, or live gangs are released")
+                   help=f"release a reservation whose driver has not beaten for this long (default 60): >= "
+                        f"{HEARTBEAT_BEATS * 10:g} (three of the drivers' 10 s heartbeats: fewer releases live "
+                        f"gangs) and <= {MAX_HEARTBEAT_TIMEOUT_S:g}")
+    p.add_argument("--debug-heartbeat-timeout-floor-s", type=_non_negative, default=None,
+                   help=argparse.SUPPRESS)  # the testbed's tests age a dead driver in seconds, not in three beats
+    add_request_timeout(p)
     p.add_argument("--debug-pause-before-apply-s", type=_non_negative, default=0.0,
                    help=argparse.SUPPRESS)  # fault injection for tests: widen the plan -> patch window
     p.set_defaults(func=run)
 
 
-_positive = seconds(minimum=0.0, inclusive=False)
+_positive = seconds(minimum=0.0, inclusive=False, maximum=MAX_HEARTBEAT_TIMEOUT_S)
 _non_negative = seconds(minimum=0.0)
+
+
+def heartbeat_timeout_floor_s() -> float:
+    """Three of the drivers' heartbeat periods: a shorter timeout releases gangs whose driver is alive."""
+    from raygpu.gang.api import HEARTBEAT_EVERY_S  # lazily: parsing flags does not load the gang module
+    return HEARTBEAT_BEATS * HEARTBEAT_EVERY_S
+
+
+def _heartbeat_timeout_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--heartbeat-timeout-s`` is refused, or None."""
+    floor_s = args.debug_heartbeat_timeout_floor_s
+    floor_s = heartbeat_timeout_floor_s() if floor_s is None else floor_s
+    if args.heartbeat_timeout_s >= floor_s:
+        return None
+    return (f"argument --heartbeat-timeout-s: must be >= {floor_s:g} seconds (three of the drivers' heartbeats; "
+            f"a shorter timeout releases live gangs), got {args.heartbeat_timeout_s:g}")
 
 
 def _where(args: argparse.Namespace, kube) -> tuple[str, str]:
@@ -106,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
     from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig, problem_reporter
     from raygpu.reclaim.metrics import SidecarMetrics
 
+    problem = _heartbeat_timeout_problem(args)
+    if problem is not None:  # bad usage, before anything is served or contacted
+        print(f"raygpu sidecar: {problem}", file=sys.stderr)
+        return 2
     logs.setup(args.json_logs)
     metrics = SidecarMetrics()
     try:  # before contacting anything: a port in use or a bad address is bad usage
@@ -115,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        kube = KubeAdapter(args.kubeconfig)
+        kube = KubeAdapter(args.kubeconfig, first_contact_timeout_s=args.request_timeout)
         namespace, cluster = _where(args, kube)
     except Exception as e:  # noqa: BLE001 - e.g. no kubeconfig and not in a pod: bad usage, not a crash
         if server is not None:

@@ -82,7 +82,7 @@ def repair_cluster(kube: Any, namespace: str, cluster: str, report: DoctorReport
         except RayGpuError as e:
             out.errors.append(str(e))
             return out
-        out.plan = plan = plan_repair(report, view, snapshot.k8s.pods)
+        out.plan = plan = plan_repair(report, view, snapshot)
         if plan.patch is None:
             return out
         try:

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     kubeconfig = args.kubeconfig or (str(tb.kubeconfig) if tb is not None else None)
     try:
         from raygpu.adapters.kube import KubeAdapter
-        kube = KubeAdapter(kubeconfig)
+        kube = KubeAdapter(kubeconfig, first_contact_timeout_s=args.request_timeout)
     except Exception as e:  # noqa: BLE001 - no kubeconfig, not in a cluster
         return fail(f"cannot reach Kubernetes: {type(e).__name__}: {e}")
 

@@ -501,7 +501,8 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
                     namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
                     name: str | None = None, queue: str | None = None, kubeconfig: str | None = None,
                     progress: Callable[[str], None] | None = None, guard: bool | None = None,
-                    expected_runtime_s: float | None = None, topology_strategy: dict | None = None) -> GangPlacementGroup:
+                    expected_runtime_s: float | None = None, topology_strategy: dict | None = None,
+                    request_timeout_s: float | None = None) -> GangPlacementGroup:
     """Create a Ray placement group whose bundles get their own all-or-nothing Kubernetes gang.
 
     Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``. ``backend``
@@ -512,6 +513,9 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     finite): how long the job will hold the placement group; on its pods, it tells a guard's hold when they
     end, and lets an unguarded gang backfill onto nodes a guard holds when it ends before the hold starts.
     ``strategy`` or Ray's ``topology_strategy`` (e.g. ``{"topology.kubernetes.io/zone": "STRICT_PACK"}``): docs/gang.md.
+    ``request_timeout_s`` (finite, in (0, 600]; default ``$RAYGPU_REQUEST_TIMEOUT_S``, else 15): the deadline of
+    the first contact with Kubernetes (the kubeconfig's exec credential plugin, then API discovery); past it a
+    TransientError says which step hung, and nothing was created.
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime
     hint, the guard without backend none or without raygpu's blocker PriorityClass).
@@ -523,7 +527,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     job = ray.get_runtime_context().get_job_id()
     req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, job, guard,
                        expected_runtime_s, topology_strategy)
-    kube = KubeAdapter(kubeconfig)
+    kube = KubeAdapter(kubeconfig, first_contact_timeout_s=request_timeout_s)
     rsv = reserve(kube, req, time.time(), progress=say)
     gpg = GangPlacementGroup(rsv, say, kubeconfig)
     with _LIVE_LOCK:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import tempfile
 import time
 
 FINISH_DRAIN_S = 300.0  # how long the finisher waits for the reservation's pods to terminate
+MAX_DRAIN_S = 86400.0  # --drain-timeout-s: finite, 0..a day (NaN or inf would make its wait loop endless)
 _RELEASED_STATES = {"failed", "released", "rolled_back"}
 
 
@@ -42,10 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reservation", required=True, help="the reservation's state ConfigMap (its gang name)")
     ap.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, ~/.kube/config, then in-cluster")
     ap.add_argument("--drain-timeout-s", type=float, default=FINISH_DRAIN_S,
-                    help=f"how long to wait for the pods to terminate (default {FINISH_DRAIN_S:g})")
+                    help=f"how long to wait for the pods to terminate: finite, 0 to {MAX_DRAIN_S:g} "
+                         f"(default {FINISH_DRAIN_S:g})")
     args = ap.parse_args(argv)
-    if args.drain_timeout_s < 0:
-        return _say(2, "refused", args, reason="--drain-timeout-s must be >= 0")
+    if not (math.isfinite(args.drain_timeout_s) and 0 <= args.drain_timeout_s <= MAX_DRAIN_S):
+        return _say(2, "refused", args, reason=f"--drain-timeout-s must be a finite number of seconds >= 0 and "
+                                               f"<= {MAX_DRAIN_S:g}, got {args.drain_timeout_s!r}")
 
     from raygpu.adapters.kube import KubeAdapter
     from raygpu.errors import RayGpuError
@@ -82,12 +86,17 @@ def main(argv: list[str] | None = None) -> int:
 def spawn(namespace: str, cluster: str, reservation: str, kubeconfig: str | None = None) -> str:
     """Start this program detached (own session, stdin closed) for one reservation; returns its log's path.
 
+    The log is a new file (mode 0600) in a new private directory (``tempfile.mkdtemp``: mode 0700, a
+    name nobody can guess), opened with O_EXCL | O_NOFOLLOW: a shared temporary directory lets any local
+    user plant a link at a predictable name, and appending through it would write where they chose.
     Raises OSError when it cannot be started.
     """
     cmd = [sys.executable, "-m", "raygpu.gang.finisher", "--namespace", namespace, "--cluster", cluster,
            "--reservation", reservation] + (["--kubeconfig", kubeconfig] if kubeconfig else [])
-    log_path = os.path.join(tempfile.gettempdir(), f"raygpu-finisher-{namespace}-{reservation}.log")
-    with open(log_path, "ab") as log:
+    private = tempfile.mkdtemp(prefix="raygpu-finisher-")
+    log_path = os.path.join(private, f"{namespace}-{reservation}.log")
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "ab") as log:
         subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                          close_fds=True)
     return log_path

@@ -26,15 +26,17 @@ def gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name
 def plan_placement_group(bundles: list[dict[str, float]], strategy: str | None = None, *, cluster: str,
                          namespace: str = "default", backend: str | None = None, timeout_s: float = 600,
                          name: str | None = None, queue: str | None = None,
-                         kubeconfig: str | None = None, topology_strategy: dict | None = None) -> GangPlan:
+                         kubeconfig: str | None = None, topology_strategy: dict | None = None,
+                         request_timeout_s: float | None = None) -> GangPlan:
     """Dry run: read the RayCluster and return the plan. Creates nothing, writes nothing.
 
-    Raises InfeasibleError (which bundle, which resource, which limit) or
-    PermanentError (bad input, unknown cluster or backend).
+    ``request_timeout_s``: the first contact's deadline (``KubeAdapter``: default
+    ``$RAYGPU_REQUEST_TIMEOUT_S``, else 15 s). Raises InfeasibleError (which bundle, which resource, which
+    limit), PermanentError (bad input, unknown cluster or backend) or TransientError (no answer in time).
     """
-    kube = KubeAdapter(kubeconfig)
     req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name or "dry-run", queue,
                        topology_strategy=topology_strategy)
+    kube = KubeAdapter(kubeconfig, first_contact_timeout_s=request_timeout_s)
     view = kube.get_raycluster(namespace, cluster)
     return plan_gang(req, view, free=free_now(kube, view, lambda _: None))  # the plan reserve() would make
 

@@ -24,6 +24,8 @@ from raygpu.model.reclaim import ReclaimMode
 from raygpu.model.warm import WarmSettings
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
+MIN_IDLE_TIMEOUT_S = 1.0  # shorter is no idle time at all: every worker between two tasks would go
+MAX_IDLE_TIMEOUT_S = 30 * 86400.0  # longer than 30 days is a typo (and 1e300 s is not "never")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_RE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
 _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -92,6 +94,15 @@ def parse_duration_s(value: str) -> float:
     return seconds
 
 
+def parse_idle_timeout_s(value: str) -> float:
+    """An idle timeout (``parse_duration_s``) from ``MIN_IDLE_TIMEOUT_S`` to ``MAX_IDLE_TIMEOUT_S``; ValueError else."""
+    seconds = parse_duration_s(value)
+    if not MIN_IDLE_TIMEOUT_S <= seconds <= MAX_IDLE_TIMEOUT_S:
+        raise ValueError(f"an idle timeout must be between {MIN_IDLE_TIMEOUT_S:g} s and "
+                         f"{MAX_IDLE_TIMEOUT_S / 86400:g} days, got {seconds:g} s")
+    return seconds
+
+
 def _enum_value(enum: type[Enum], raw: str) -> Enum:
     for member in enum:  # type: ignore[var-annotated]
         if raw.strip().lower() == member.value:
@@ -147,7 +158,7 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
     if _is_auto(ann.get(KEY_IDLE_TIMEOUT)):
         fields["idle_timeout_auto"] = True
     else:
-        take(KEY_IDLE_TIMEOUT, "idle_timeout_s", parse_duration_s)
+        take(KEY_IDLE_TIMEOUT, "idle_timeout_s", parse_idle_timeout_s)
     take(KEY_RECLAIM, "reclaim", lambda v: _enum_value(ReclaimMode, v))
     take(KEY_RECONCILE, "reconcile", lambda v: _enum_value(ReconcileMode, v))
 
@@ -165,7 +176,7 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
                 if _is_auto(ann[key]):
                     group_auto.add(group)
                 else:
-                    group_timeouts[group] = parse_duration_s(_text(ann[key]))
+                    group_timeouts[group] = parse_idle_timeout_s(_text(ann[key]))
             except (ValueError, TypeError) as exc:
                 problems.append(AnnotationProblem(key=key, value=raw, reason=str(exc),
                                                   default_used=f"cluster idle timeout {cluster_timeout:g}s"))

@@ -55,15 +55,19 @@ class ParseProblem(Frozen):
         return f"{self.obj}: {self.field}={self.value!r} {self.reason}; using {self.default_used}"
 
 
-def param_number(value: str | None) -> float | None:
-    """A rayStartParams number (``num-gpus``, ``num-cpus``) as ray start reads it; None when not finite and >= 0."""
+MAX_NUM_GPUS = 1024.0  # per Ray node (pod): past any node's devices, MIG slices or time-sliced shares
+MAX_NUM_CPUS = 65536.0  # per Ray node (pod): past any node's cores
+
+
+def param_number(value: str | None, maximum: float = MAX_NUM_GPUS) -> float | None:
+    """A rayStartParams number (``num-gpus``, ``num-cpus``) as ray start reads it; None unless in [0, ``maximum``]."""
     if value is None:
         return None
     try:
         v = float(str(value).strip().strip("'\""))
     except ValueError:
         return None
-    return v if math.isfinite(v) and v >= 0 else None
+    return v if math.isfinite(v) and 0 <= v <= maximum else None
 
 
 def resource_map(raw: Any, obj: str, field: str, problems: list[ParseProblem]) -> dict[str, float]:
@@ -112,7 +116,7 @@ class GroupTemplate(Frozen):
     @property
     def ray_cpus(self) -> float:
         """rayStartParams ``num-cpus`` when it is a number, else (absent or bad) the CPU limit or request."""
-        given = param_number(self.ray_start_params.get("num-cpus"))
+        given = param_number(self.ray_start_params.get("num-cpus"), MAX_NUM_CPUS)
         return given if given is not None else self.limits.get("cpu", self.requests.get("cpu", 0.0))
 
 
@@ -176,11 +180,11 @@ def _group_from_spec(name: str, spec: dict[str, Any], *, is_head: bool, where: s
     requests = resource_map(res.get("requests"), obj, "requests", problems)
     if "num-gpus" in params and param_number(params["num-gpus"]) is None:
         problems.append(ParseProblem(obj=obj, field="rayStartParams.num-gpus", value=params["num-gpus"],
-                                     reason="is not a number >= 0",
+                                     reason=f"is not a number in [0, {MAX_NUM_GPUS:g}]",
                                      default_used=f"the container's GPU limit ({ray_gpu_count_from_limits(limits):g})"))
-    if "num-cpus" in params and param_number(params["num-cpus"]) is None:
+    if "num-cpus" in params and param_number(params["num-cpus"], MAX_NUM_CPUS) is None:
         problems.append(ParseProblem(obj=obj, field="rayStartParams.num-cpus", value=params["num-cpus"],
-                                     reason="is not a number >= 0", default_used="the container's CPU limit"))
+                                     reason=f"is not a number in [0, {MAX_NUM_CPUS:g}]", default_used="the container's CPU limit"))
     if "memory" in params:
         try:
             parse_quantity(params["memory"])

@@ -155,7 +155,8 @@ def test_ended_reset_and_hung_watches_never_make_the_sidecar_act_on_a_stale_cach
     # so only the 4th reset in a row reaches the cache, which then re-lists (a clean end only re-watches).
     reset = env.side.add(Rule(action=Reset(), verb="GET", watch=True))
     side = Sidecar(env.testbed, env.ns, "c", ray.get_runtime_context().gcs_address, env.tmp / "sidecar.log",
-                   "--heartbeat-timeout-s", f"{WATCH_BEAT_TIMEOUT_S:g}", kubeconfig=Path(env.side_kc))
+                   "--heartbeat-timeout-s", f"{WATCH_BEAT_TIMEOUT_S:g}",
+                   "--debug-heartbeat-timeout-floor-s", "0", kubeconfig=Path(env.side_kc))  # two beats, on purpose
     try:
         def lists() -> dict[str, int]:
             out: dict[str, int] = {}

@@ -219,7 +219,8 @@ def test_runs_under_the_deployed_service_account_with_least_privilege(testbed, n
     core.create_namespaced_secret(ns, {"metadata": {"name": "secret"}, "stringData": {"password": "x"}})
 
     # the heartbeat's age counts from the sidecar's first sight of it (issue 14 item 11): a short timeout
-    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "5", kubeconfig=kc)
+    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "5",
+                   "--debug-heartbeat-timeout-floor-s", "0", kubeconfig=kc)  # no driver beats: age it in seconds
     try:
         side.wait("the idle worker deleted", lambda: _workers(core, ns) == [], 60)
         side.wait("the orphan reservation released", lambda: side.records("released", reservation="rc-rg-orphan"), 30)
@@ -257,7 +258,8 @@ def test_gc_never_touches_a_users_rg_group_or_configmaps_named_like_state(testbe
     core.create_namespaced_config_map(ns, {"metadata": {
         "name": "look-alike", "labels": {"raygpu.io/reservation": "rg-a100", "raygpu.io/cluster": "rc"},
         "annotations": {"raygpu.io/reservation-state": "released"}}, "data": {"mine": "yes"}})
-    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "2")
+    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "2",
+                   "--debug-heartbeat-timeout-floor-s", "0")  # no driver beats here: past the floor on purpose
     try:
         planned = lambda: [r for r in side.records("cycle") if r["outcome"] not in ("not-synced", "no-cluster")]  # noqa: E731
         side.wait("10 planned cycles (> 3 heartbeat timeouts at 1 s each)", lambda: len(planned()) >= 10, 90)

@@ -115,7 +115,8 @@ def _run(testbed, ns, pool, kube, core, tmp_path) -> None:
         lambda: sa_core.delete_namespaced_config_map("bystander", ns, dry_run="All"), CM_POLICY), 30)
 
     # (a) the sidecar's whole job under that token, the policies on: scale down, release the orphan
-    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "5", kubeconfig=kc)
+    side = Sidecar(testbed, ns, "rc", addr, tmp_path / "sidecar.log", "--heartbeat-timeout-s", "5",
+                   "--debug-heartbeat-timeout-floor-s", "0", kubeconfig=kc)  # no driver beats: age it in seconds
     try:
         side.wait("the idle worker deleted", lambda: _workers(core, ns) == [], 90)
         side.wait("the orphan reservation released", lambda: side.records("released", reservation="rc-rg-orphan"), 60)

@@ -53,6 +53,9 @@ def test_good_values(key, value, field, expected):
     ("raygpu.io/idle-timeout", "nan", "idle_timeout_s", "finite"),
     ("raygpu.io/idle-timeout", "inf", "idle_timeout_s", "finite"),
     ("raygpu.io/idle-timeout", "5d", "idle_timeout_s", "not a duration"),
+    ("raygpu.io/idle-timeout", "1e-300", "idle_timeout_s", "between 1 s and"),
+    ("raygpu.io/idle-timeout", "0.5", "idle_timeout_s", "between 1 s and"),
+    ("raygpu.io/idle-timeout", "10000h", "idle_timeout_s", "between 1 s and"),
     ("raygpu.io/reclaim", "yes", "reclaim", "off|dry-run|on"),
     ("raygpu.io/reconcile", "fix", "reconcile", "report|repair"),
 ])
@@ -83,6 +86,7 @@ def test_one_bad_value_keeps_the_good_ones():
     ({"raygpu.io/idle-timeout": "2m", "raygpu.io/idle-timeout.gpu": "later"}, "gpu", 120.0,
      ["raygpu.io/idle-timeout.gpu"]),
     ({"raygpu.io/idle-timeout.": "1m"}, "gpu", 600.0, ["raygpu.io/idle-timeout."]),
+    ({"raygpu.io/idle-timeout.gpu": "1e-300"}, "gpu", 600.0, ["raygpu.io/idle-timeout.gpu"]),
 ])
 def test_group_idle_timeout_override(annotations, group, expected, problem_keys):
     policy, problems = parse_cluster_policy(annotations)

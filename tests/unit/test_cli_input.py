@@ -37,9 +37,11 @@ def _usage_error(argv, capsys) -> str:
     (["doctor", "--orphan-grace", "inf"], "must be a finite number of seconds"),
     (["doctor", "--orphan-grace", "soon"], "argument --orphan-grace: 'soon' is not a number of seconds"),
     (["sidecar", "--interval-s", "inf"], "argument --interval-s: must be a finite number of seconds, got 'inf'"),
-    (["sidecar", "--interval-s", "0"], "argument --interval-s: must be > 0"),
+    (["sidecar", "--interval-s", "0"], "argument --interval-s: must be >= 1 and <= 3600 seconds, got '0'"),
     (["sidecar", "--startup-grace-s", "nan"], "argument --startup-grace-s: must be a finite number"),
     (["sidecar", "--heartbeat-timeout-s", "-5"], "argument --heartbeat-timeout-s: must be > 0"),
+    (["sidecar", "--interval-s", "1e-9"], "argument --interval-s: must be >= 1 and <= 3600 seconds, got '1e-9'"),
+    (["sidecar", "--interval-s", "86400"], "argument --interval-s: must be >= 1 and <= 3600 seconds"),
     (["sidecar", "--metrics-port", "-1"], "argument --metrics-port: a port is 0..65535, got -1"),
     (["sidecar", "--metrics-port", "70000"], "argument --metrics-port: a port is 0..65535, got 70000"),
     (["plan", "--cluster", "rc", "--bundle", "GPU=1", "--count", "0"], "argument --count: must be between 1 and"),
@@ -47,6 +49,38 @@ def _usage_error(argv, capsys) -> str:
 def test_numeric_options_are_checked_before_anything_is_contacted(argv, says, capsys, no_contact):
     assert says in _usage_error(argv, capsys)
     assert no_contact == []
+
+
+@pytest.mark.parametrize("timeout", ["1", "20", "29.9"])
+def test_a_heartbeat_timeout_under_three_driver_beats_is_refused_before_contact(timeout, capsys, no_contact):
+    from raygpu.gang.api import HEARTBEAT_EVERY_S
+    code = main(["sidecar", "--metrics-port", "0", "--heartbeat-timeout-s", timeout])
+    says = capsys.readouterr().err
+    assert code == 2 and says.count("\n") == 1, says
+    assert f"argument --heartbeat-timeout-s: must be >= {3 * HEARTBEAT_EVERY_S:g}" in says, says
+    assert "three" in says and "heartbeat" in says
+    assert no_contact == []
+
+
+def test_a_heartbeat_timeout_floor_of_zero_is_for_the_testbed_only(capsys, no_contact):
+    """The hidden --debug-heartbeat-timeout-floor-s lets the integration tests age a dead driver in seconds."""
+    code = main(["sidecar", "--metrics-port", "0", "--heartbeat-timeout-s", "2",
+                 "--debug-heartbeat-timeout-floor-s", "0", "--kubeconfig", "/nonexistent"])
+    assert code == 2 and len(no_contact) == 1, "accepted, then the (refused) contact"
+    assert "--debug-heartbeat-timeout-floor-s" not in build_parser_help("sidecar")
+
+
+def build_parser_help(command: str) -> str:
+    from raygpu.cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sub.choices[command].format_help()
+
+
+def test_sidecar_help_states_the_ranges():
+    from raygpu.gang.api import HEARTBEAT_EVERY_S
+    text = " ".join(build_parser_help("sidecar").split())
+    assert f">= {3 * HEARTBEAT_EVERY_S:g}" in text and "1 to 3600" in text, text
 
 
 @pytest.mark.parametrize("bundle, says", [
@@ -127,7 +161,7 @@ def test_plan_on_a_cluster_with_a_bad_num_gpus_exits_2_with_one_line(monkeypatch
     obj["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = "abc"
 
     class Fake:
-        def __init__(self, kubeconfig=None):
+        def __init__(self, kubeconfig=None, first_contact_timeout_s=None):
             pass
 
         def get_raycluster(self, namespace, name):
@@ -141,4 +175,4 @@ def test_plan_on_a_cluster_with_a_bad_num_gpus_exits_2_with_one_line(monkeypatch
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"raygpu plan: invalid worker group template: RayCluster {NS}/{name} group ")
-    assert "rayStartParams.num-gpus='abc' is not a number >= 0" in err
+    assert "rayStartParams.num-gpus='abc' is not a number in [0, 1024]" in err

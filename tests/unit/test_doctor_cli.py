@@ -55,7 +55,7 @@ def report_of(s):
 # ---------------------------------------------------------------- planner
 def test_orphan_goes_to_workers_to_delete_and_replicas_drop_in_one_tested_patch():
     s = orphaned()
-    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s.k8s.pods)
+    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s)
     assert [(a.pod, a.group, a.replicas_before, a.replicas_after) for a in plan.actions] == [
         ("orphan-0", "gpu-group", 2, 1)]
     assert list(plan.patch) == [
@@ -69,7 +69,7 @@ def test_orphan_goes_to_workers_to_delete_and_replicas_drop_in_one_tested_patch(
 
 def test_healthy_cluster_plans_nothing():
     s = healthy().obj()
-    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s.k8s.pods)
+    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s)
     assert plan.empty and plan.patch is None and not plan.skipped
 
 
@@ -78,13 +78,13 @@ def test_only_orphans_are_repaired_phantom_gpus_are_left_alone():
         "r1", "p1", 8).obj()
     report = report_of(s)
     assert [f.kind.value for f in report.findings] == ["phantom-gpus"]
-    assert plan_repair(report, RayClusterView.from_k8s(rc_obj()), s.k8s.pods).patch is None
+    assert plan_repair(report, RayClusterView.from_k8s(rc_obj()), s).patch is None
 
 
 def test_existing_workers_to_delete_are_kept_and_listed_pods_skipped():
     s = orphaned(n_ok=3, n_orphan=2)
     view = RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 5, 0),), wtd=["orphan-0", "gone-pod"]))
-    plan = plan_repair(report_of(s), view, s.k8s.pods)
+    plan = plan_repair(report_of(s), view, s)
     assert [a.pod for a in plan.actions] == ["orphan-1"]
     assert [(k.subject, k.reason) for k in plan.skipped] == [("pod/default/orphan-0", "already in workersToDelete")]
     assert plan.patch[2]["value"] == {"workersToDelete": ["orphan-0", "gone-pod", "orphan-1"]}
@@ -93,7 +93,7 @@ def test_existing_workers_to_delete_are_kept_and_listed_pods_skipped():
 
 def test_replicas_never_drop_below_min_replicas():
     s = orphaned()
-    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 2, 2),))), s.k8s.pods)
+    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 2, 2),))), s)
     assert plan.actions[0].replicas_after == 2
     assert "fresh pod" in plan.actions[0].reason
     assert not any(op["path"].endswith("/replicas") for op in plan.patch)
@@ -102,7 +102,7 @@ def test_replicas_never_drop_below_min_replicas():
 def test_group_is_found_by_index_among_several():
     s = orphaned(group="b")
     view = RayClusterView.from_k8s(rc_obj(groups=(("a", 1, 0), ("b", 2, 0))))
-    plan = plan_repair(report_of(s), view, s.k8s.pods)
+    plan = plan_repair(report_of(s), view, s)
     assert plan.actions[0].group_index == 1
     assert plan.patch[1] == {"op": "test", "path": "/spec/workerGroupSpecs/1/groupName", "value": "b"}
 
@@ -112,38 +112,52 @@ def test_head_pod_is_never_deleted():
         "w", "n1", 8, created_at_s=OLD).obj()
     report = report_of(s)
     assert [f.subject for f in report.findings] == ["pod/default/rc-head"]
-    plan = plan_repair(report, RayClusterView.from_k8s(rc_obj()), s.k8s.pods)
+    plan = plan_repair(report, RayClusterView.from_k8s(rc_obj()), s)
     assert plan.patch is None and "head" in plan.skipped[0].reason
 
 
 def test_unknown_group_and_other_cluster_are_skipped():
     s = orphaned(group="retired")
-    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s.k8s.pods)
+    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s)
     assert plan.patch is None and "no worker group retired" in plan.skipped[0].reason
     s = orphaned()
     other = rc_obj()
     other["metadata"]["name"] = "rc2"
-    plan = plan_repair(report_of(s), RayClusterView.from_k8s(other), s.k8s.pods)
+    plan = plan_repair(report_of(s), RayClusterView.from_k8s(other), s)
     assert plan.patch is None and "not a pod of RayCluster default/rc2" in plan.skipped[0].reason
 
 
 def test_mass_orphaning_means_the_head_is_broken_and_nothing_is_repaired():
     s = orphaned(n_ok=1, n_orphan=2)
-    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 3, 0),))), s.k8s.pods)
+    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 3, 0),))), s)
     assert plan.patch is None
     assert len(plan.skipped) == 2 and all("GCS" in k.reason for k in plan.skipped)
 
 
 def test_a_single_worker_cluster_can_still_be_repaired():
     s = orphaned(n_ok=0, n_orphan=1)
-    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 1, 0),))), s.k8s.pods)
+    plan = plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 1, 0),))), s)
     assert [a.replicas_after for a in plan.actions] == [0]
+
+
+def test_a_single_worker_is_not_repaired_when_the_ray_address_is_another_clusters():
+    # the Ray address answers for another cluster: its nodes are live, none is a pod of rc, so rc's head and
+    # its one worker both look orphaned; the fraction rule (two or more orphans) cannot see it
+    s = snap().cpu_node("cpu-0").ray_pod("rc-head", "cpu-0", head=True, created_at_s=OLD).gpu_node("n1").ray_pod(
+        "w-0", "n1", 4, created_at_s=OLD).ray_node("r-other-head", "other-head", head=True).ray_node(
+        "r-other-w", "other-w", 4).obj()
+    report = report_of(s)
+    assert {"pod/default/rc-head", "pod/default/w-0"} <= {f.subject for f in report.findings}
+    plan = plan_repair(report, RayClusterView.from_k8s(rc_obj(groups=(("gpu-group", 1, 0),))), s)
+    assert plan.patch is None and plan.empty
+    worker_skip = [k.reason for k in plan.skipped if k.subject == "pod/default/w-0"]
+    assert worker_skip and "no pod of RayCluster default/rc" in worker_skip[0]
 
 
 def test_orphan_in_grace_is_not_repaired():
     s = snap().cpu_node("cpu-0").head().gpu_node("n1").worker("ok", "n1", 4).ray_pod(
         "young", "n1", 4, created_at_s=NOW_S - 10).obj()
-    assert plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s.k8s.pods).patch is None
+    assert plan_repair(report_of(s), RayClusterView.from_k8s(rc_obj()), s).patch is None
 
 
 # ---------------------------------------------------------------- applier
@@ -209,7 +223,7 @@ def cli(monkeypatch, capsys):
     def go(argv, snapshot=None, obj=None, kube_cls=None):
         made = {}
 
-        def adapter(kubeconfig=None):
+        def adapter(kubeconfig=None, first_contact_timeout_s=None):
             made["kube"] = (kube_cls or CliKube)(kubeconfig, obj)
             return made["kube"]
         monkeypatch.setattr(kube_mod, "KubeAdapter", adapter)

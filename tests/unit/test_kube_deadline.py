@@ -120,3 +120,129 @@ def test_only_the_json_patch_test_wording_makes_a_500_a_conflict():
                       TransientError)
     assert isinstance(error(500, "testing value /metadata/resourceVersion failed: test failed"), ConflictError)
     assert isinstance(error(422, "the test operation does not apply"), ConflictError)
+
+
+# ------------------------------------------------- the first contact's deadline (--request-timeout)
+@pytest.fixture
+def mute_server():
+    """A TCP listener on 127.0.0.1 that accepts every connection and never answers a byte; yields its port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        s.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(s.accept()[0])
+            except OSError:
+                continue
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield s.getsockname()[1]
+    stop.set()
+    t.join(5)
+    for c in held:
+        c.close()
+    s.close()
+
+
+@pytest.fixture
+def hanging_exec_kubeconfig(tmp_path: Path, mute_server: int):
+    """A kubeconfig whose user's exec credential plugin writes its pid and then sleeps 600 s; yields its path."""
+    pid_file = tmp_path / "plugin.pid"
+    plugin = tmp_path / "plugin.sh"
+    plugin.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
+    plugin.chmod(0o755)
+    path = tmp_path / "kubeconfig-exec"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{mute_server}'}}}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        f"users: [{{name: u, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1, command: '{plugin}'}}}}}}]\n")
+    yield str(path)
+    if pid_file.exists():  # the plugin is the test's own child: end it by its id
+        import os
+        import signal
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def test_a_hanging_exec_credential_plugin_fails_within_the_configured_deadline(hanging_exec_kubeconfig, monkeypatch):
+    from raygpu.adapters import kube
+    monkeypatch.setenv("RAYGPU_REQUEST_TIMEOUT_S", "1")
+    finished, value, _ = _in_thread(lambda: kube.KubeAdapter(hanging_exec_kubeconfig))
+    assert finished, f"KubeAdapter() still blocked after {BOUND_S}s on an exec plugin that never returns"
+    assert isinstance(value, TransientError), repr(value)
+    assert "no answer within 1 s" in str(value) and "exec credential plugin" in str(value), str(value)
+
+
+def test_a_server_that_accepts_and_never_answers_fails_within_the_configured_deadline(mute_server, tmp_path,
+                                                                                       monkeypatch):
+    from raygpu.adapters import kube
+    monkeypatch.setenv("RAYGPU_REQUEST_TIMEOUT_S", "1")  # the per-request deadline stays (5, 30): this one bites
+    finished, value, _ = _in_thread(lambda: kube.KubeAdapter(kubeconfig_for(tmp_path, mute_server)))
+    assert finished, f"KubeAdapter() still blocked after {BOUND_S}s on a server that accepts and never answers"
+    assert isinstance(value, TransientError), repr(value)
+    assert "no answer within 1 s" in str(value) and f"API discovery at http://127.0.0.1:{mute_server}" in str(value)
+
+
+def test_the_keyword_beats_the_environment_and_bad_values_are_refused_before_contact(mute_server, tmp_path,
+                                                                                      monkeypatch):
+    from raygpu.adapters import kube
+    from raygpu.errors import PermanentError
+    monkeypatch.setenv("RAYGPU_REQUEST_TIMEOUT_S", "300")
+    finished, value, _ = _in_thread(lambda: kube.KubeAdapter(kubeconfig_for(tmp_path, mute_server),
+                                                             first_contact_timeout_s=1))
+    assert finished and isinstance(value, TransientError) and "no answer within 1 s" in str(value), repr(value)
+    for bad in ("nan", "inf", "0", "-1", "601", "soon"):
+        monkeypatch.setenv("RAYGPU_REQUEST_TIMEOUT_S", bad)
+        with pytest.raises(PermanentError, match="RAYGPU_REQUEST_TIMEOUT_S"):
+            kube.KubeAdapter(kubeconfig_for(tmp_path, 1))
+    monkeypatch.delenv("RAYGPU_REQUEST_TIMEOUT_S")
+    with pytest.raises(PermanentError, match="request timeout"):
+        kube.KubeAdapter(kubeconfig_for(tmp_path, 1), first_contact_timeout_s=float("nan"))
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "--cluster", "rc", "--bundle", "GPU=1"],
+    ["doctor", "--cluster", "rc", "--ray-address", "127.0.0.1:1"],
+    ["sidecar", "--cluster", "rc", "--namespace", "default", "--metrics-port", "0", "--once"],
+])
+def test_each_cli_exits_2_within_its_request_timeout_with_the_reason(command, mute_server, tmp_path, capsys):
+    argv = [*command, "--request-timeout", "1", "--kubeconfig", kubeconfig_for(tmp_path, mute_server)]
+    finished, code, _ = _in_thread(lambda: main(argv))
+    assert finished and code == 2, code
+    out, err = capsys.readouterr()
+    assert "no answer within 1 s" in out + err, out + err
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "0", "-5", "601", "15s"])
+def test_a_bad_request_timeout_is_exit_2_before_contact(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--cluster", "rc", "--bundle", "GPU=1", "--request-timeout", bad,
+              "--kubeconfig", "/nonexistent"])
+    assert e.value.code == 2
+    assert "argument --request-timeout: " in capsys.readouterr().err
+
+
+def test_placement_group_takes_its_request_timeout_as_a_keyword(mute_server, tmp_path, monkeypatch):
+    import ray
+
+    from raygpu import placement_group
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # a driver, as far as the call's first check goes
+
+    class Context:
+        def get_job_id(self) -> str:
+            return "01000000"
+    monkeypatch.setattr(ray, "get_runtime_context", Context)
+    kubeconfig = kubeconfig_for(tmp_path, mute_server)
+    finished, value, _ = _in_thread(lambda: placement_group([{"GPU": 1}], cluster="rc", kubeconfig=kubeconfig,
+                                                            request_timeout_s=1))
+    assert finished and isinstance(value, TransientError), repr(value)
+    assert "no answer within 1 s" in str(value) and "API discovery" in str(value), str(value)

@@ -81,3 +81,29 @@ def test_a_failing_discovery_is_transient(tmp_path):
             kube.api_group_kinds(GROUP)
     finally:
         server.shutdown()
+
+
+def test_a_credential_refresh_that_hangs_ends_within_the_first_contact_deadline():
+    """The client re-runs an exec plugin when its token expires, before a request: the same bound applies."""
+    import time as time_
+
+    from kubernetes.client import ApiClient, Configuration
+    server, _ = serve(BASE)
+    release = threading.Event()
+    hang = {"on": False}
+
+    def refresh(cfg) -> None:  # the client's hook; hangs like an exec plugin once "on"
+        if hang["on"]:
+            release.wait(30)
+    try:
+        cfg = Configuration(host=f"http://127.0.0.1:{server.server_address[1]}", api_key={"BearerToken": "t"})
+        cfg.refresh_api_key_hook = refresh  # the client calls it before each request that sends the token
+        kube = KubeAdapter(api_client=ApiClient(cfg), first_contact_timeout_s=1)
+        hang["on"] = True
+        t0 = time_.monotonic()
+        with pytest.raises(TransientError, match="no answer within 1 s .* refreshing the kubeconfig's credential"):
+            kube.get("v1", "Pod", "p", "default")
+        assert time_.monotonic() - t0 < 10
+    finally:
+        release.set()
+        server.shutdown()

@@ -31,6 +31,7 @@ def pod(name: str, *, start_cmd: str | None = None, gpu: str = "1", created: str
     ("ray start --num-gpus=", None),
     ("ray start --num-gpus=-1", None),
     ("ray start --num-gpus=nan", None),
+    ("ray start --num-gpus=1e9", None),  # not a pod's GPUs: a typo, never planned as 10^9 GPUs
 ])
 def test_pod_start_command_num_gpus(cmd, want):
     v = pod_view(pod("p", start_cmd=cmd))
@@ -85,6 +86,16 @@ def test_raycluster_bad_values_take_safe_defaults_and_are_recorded():
     assert "memory" not in g.requests
     with pytest.raises(PermanentError, match="rayStartParams.num-gpus='abc' is not a number"):
         template_capacity(g)
+
+
+def test_an_out_of_range_num_gpus_takes_the_containers_limit_and_is_recorded():
+    def huge(g):
+        g["rayStartParams"]["num-gpus"] = "1e9"
+    rc = RayClusterView.from_k8s(_recorded_with(huge))
+    g = rc.worker_groups[0]
+    assert g.ray_gpus == g.limits.get("nvidia.com/gpu", 0.0) < 1e9
+    assert [(p.field, p.value) for p in rc.problems] == [("rayStartParams.num-gpus", "1e9")]
+    assert "is not a number in [0, 1024]" in rc.problems[0].message
 
 
 def test_a_good_raycluster_has_no_problems():

@@ -17,6 +17,10 @@ alone. Safety rules, each a ``RepairSkip`` with its reason when it bites:
 * a pod of another RayCluster, of a group the RayCluster no longer has, one
   being deleted, or one already in ``workersToDelete`` is skipped;
 * a suspended group is skipped (KubeRay does not reconcile it);
+* when no Running pod of the RayCluster (its head included) has a live Ray
+  node in the snapshot, the Ray view is not this cluster's (the Ray address
+  belongs to another cluster, or the head's GCS lost every node): every pod
+  looks orphaned, however few, and nothing is repaired;
 * when more than half of a cluster's Running worker pods look orphaned (and
   more than one), the GCS is the likelier culprit (restarted head, network
   split): nothing is repaired.
@@ -33,7 +37,7 @@ from typing import Any
 from raygpu.model.base import Frozen
 from raygpu.model.findings import DoctorReport, FindingKind
 from raygpu.model.raycluster import RayClusterView
-from raygpu.model.views import K8sPodView
+from raygpu.model.views import K8sPodView, Snapshot
 from raygpu.plan.common.patch import raycluster_patch, set_replicas, set_workers_to_delete
 
 EVENT_REASON = "RepairedOrphanPod"
@@ -80,16 +84,18 @@ class RepairPlan(Frozen):
         return not self.actions
 
 
-def plan_repair(report: DoctorReport, cluster: RayClusterView, pods: Iterable[K8sPodView],
+def plan_repair(report: DoctorReport, cluster: RayClusterView, snapshot: Snapshot,
                 max_orphan_fraction: float = MAX_ORPHAN_FRACTION) -> RepairPlan:
     """The safe repairs for ``report`` on ``cluster`` (read at ``cluster.resource_version``).
 
-    ``pods``: the Ray pods of the snapshot the report came from (``snapshot.k8s.pods``),
-    for each orphan's group and role. Deterministic: groups and pods in name
-    order. Never raises on well-typed input.
+    ``snapshot``: the snapshot the report came from: its pods give each
+    orphan's group and role, its live Ray nodes prove the Ray view is this
+    cluster's. Deterministic: groups and pods in name order. Never raises on
+    well-typed input.
     """
     base = dict(cluster=cluster.name, namespace=cluster.namespace, resource_version=cluster.resource_version)
-    mine = {p.name: p for p in pods if p.namespace == cluster.namespace and p.ray_cluster == cluster.name}
+    mine = {p.name: p for p in snapshot.k8s.pods
+            if p.namespace == cluster.namespace and p.ray_cluster == cluster.name}
     skipped: list[RepairSkip] = []
     by_group: dict[str, list[str]] = defaultdict(list)
     already = {p for g in cluster.worker_groups for p in g.workers_to_delete}
@@ -106,9 +112,11 @@ def plan_repair(report: DoctorReport, cluster: RayClusterView, pods: Iterable[K8
 
     n = sum(len(v) for v in by_group.values())
     running = sum(1 for p in mine.values() if not p.is_head and p.phase == "Running" and not p.deleting)
-    if n > 1 and n > max_orphan_fraction * running:
+    why = _not_this_gcs(snapshot, mine.values(), cluster) if n else None
+    if why is None and n > 1 and n > max_orphan_fraction * running:
         why = (f"{n} of {running} Running worker pods look orphaned: more likely the Ray head / GCS than the "
                "pods; not repairing (fix the head, then rerun)")
+    if why is not None:
         skipped += [RepairSkip(subject=f"{prefix}{p}", reason=why)
                     for g in sorted(by_group) for p in sorted(by_group[g])]
         return RepairPlan(**base, skipped=tuple(skipped))
@@ -131,6 +139,24 @@ def plan_repair(report: DoctorReport, cluster: RayClusterView, pods: Iterable[K8
             ops += set_replicas(idx, after)
     patch = tuple(raycluster_patch(cluster.resource_version, ops)) if ops else None
     return RepairPlan(**base, actions=tuple(actions), skipped=tuple(skipped), patch=patch)
+
+
+def _not_this_gcs(snapshot: Snapshot, pods: Iterable[K8sPodView], cluster: RayClusterView) -> str | None:
+    """Why the Ray view cannot be ``cluster``'s, or None when one of its Running pods has a live Ray node.
+
+    A pod and a Ray node pair by ``instance_id == pod name`` (KubeRay's
+    RAY_CLOUD_INSTANCE_ID). A Ray address that answers for another cluster
+    pairs with none of this cluster's pods, the head's included, so every pod
+    looks orphaned: with one worker that is one orphan, which the fraction rule
+    cannot tell from a real one.
+    """
+    live = {rn.instance_id for rn in snapshot.ray.nodes if rn.alive and rn.instance_id}
+    running = [p for p in pods if p.phase == "Running" and not p.deleting]
+    if any(p.name in live for p in running):
+        return None
+    return (f"no pod of RayCluster {cluster.namespace}/{cluster.name} (head included) has a live Ray node in the "
+            f"Ray view ({len(live)} live node(s) of other pods): the Ray address belongs to another cluster or the "
+            "head's GCS lost its nodes; not repairing (check --ray-address, then rerun)")
 
 
 def _leave_alone(pod: K8sPodView | None, cluster: RayClusterView, already: set[str]) -> str | None:
