@@ -144,6 +144,12 @@ def test_demand_of_an_idle_cluster_is_zero():
     assert demand_by_group(snapshot, cluster) == {"gpu": 0}
 
 
+def test_a_pod_with_two_busy_ray_nodes_is_one_busy_worker():
+    """Ray restarted inside pod b1 and its old node is still reported alive: one worker, not two."""
+    snapshot, cluster = world().worker("b1").ray_node("b1", "n-b1-z").worker("i1", idle_for_s=60).obj()
+    assert demand_by_group(snapshot, cluster) == {"gpu": 1}
+
+
 # ------------------------------------------------------------ the ConfigMap form
 def test_history_round_trips_and_stays_under_the_bound():
     big = WarmHistory(groups={g: hist(list(range(2000)), startup_s=(180.5,) * 32, t0=1.7e9) for g in ("a", "b")})

@@ -32,8 +32,8 @@ _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 
 
 def demand_by_group(snapshot: Snapshot, cluster: RayClusterView) -> dict[str, int]:
-    """Workers each worker group of ``cluster`` needs now: its busy workers (a live Ray node that is not
-    idle: a task, an actor or a placement-group bundle) plus the workers its share of the waiting demand
+    """Workers each worker group of ``cluster`` needs now: its busy workers (a pod with a live Ray node that
+    is not idle: a task, an actor or a placement-group bundle) plus the workers its share of the waiting demand
     needs (the unplaced bundles of PENDING/RESCHEDULING PGs and Ray's pending tasks/actors).
 
     A waiting bundle goes to the first group, in spec order, whose worker offers its GPUs and CPUs; the
@@ -46,10 +46,13 @@ def demand_by_group(snapshot: Snapshot, cluster: RayClusterView) -> dict[str, in
     out = {g.group_name: 0 for g in groups}
     pods = {p.name: p for p in snapshot.k8s.pods
             if p.ray_cluster == cluster.name and p.namespace == cluster.namespace and not p.is_head}
+    busy: set[str] = set()  # pod names: a pod whose Ray restarted inside it has two live nodes, one worker
     for n in snapshot.ray.nodes:
         pod = pods.get(n.instance_id or "")
         group = (pod.ray_group if pod else None) or n.node_type
-        if n.alive and not n.is_head and pod is not None and group in out and n.idle_since_s is None:
+        if n.alive and not n.is_head and pod is not None and group in out and n.idle_since_s is None \
+                and pod.name not in busy:
+            busy.add(pod.name)
             out[group] += 1
     tasks: dict[str, float] = defaultdict(float)
     for d in snapshot.ray.resource_demand:
