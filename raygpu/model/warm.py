@@ -8,8 +8,12 @@ bundles + Ray's pending resource demand) sampled once per ``step_s``, and how
 long pods took from creation to their Ray node joining.
 
 ``encode_history`` / ``decode_history`` are the ConfigMap form (one JSON
-document, bounded in size: the oldest demand samples go first). Pure data and
-pure functions: no I/O, no clock.
+document, bounded in size: the oldest demand samples go first). ``load_history``
+reads that form defensively, as anyone who can edit the ConfigMap (or a clock
+that stepped) may have left it: every number within its bound, no sample past
+now, at most ``MAX_STATE_BYTES``; what it drops or cuts it returns as
+:class:`StateRepair` s for the caller to report. Pure data and pure functions: no
+I/O, no clock (``now_s`` is an argument).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ DEFAULT_FALLBACK_TIMEOUT_S = 300.0
 MIN_SAMPLES = 30  # demand rises needed before the quantile is trusted; until then the fallback timeout
 MAX_STARTUP_SAMPLES = 32  # start-up durations kept per group (the newest)
 MAX_STATE_BYTES = 64 * 1024  # the ConfigMap's JSON; the oldest demand samples are dropped to fit
+# Bounds on every number a history holds (``load_history`` drops a sample past them, ``record`` never writes one):
+MAX_DEMAND_WORKERS = 100_000  # workers one group needs at once: ten times the largest cluster raygpu is measured on
+MAX_STARTUP_S = 24 * 3600.0  # a pod start-up (creation -> Ray node joined) longer than a day is no start-up
 STATE_VERSION = 1
 
 
@@ -71,6 +78,14 @@ class WarmTarget(Frozen):
     samples: int = 0  # demand rises the quantile was taken over
 
 
+class StateRepair(Frozen):
+    """What ``load_history`` dropped or cut from a stored history, and why: ``reason`` is the Warning Event's
+    (``WarmStateOutOfBounds``, ``WarmStateFutureSamples``, ``WarmStateTooLarge``), ``message`` its text."""
+
+    reason: str
+    message: str
+
+
 def encode_history(history: WarmHistory, max_bytes: int = MAX_STATE_BYTES) -> str:
     """The ConfigMap form: compact JSON of at most ``max_bytes`` bytes. When too big, the oldest demand
     samples of the group that has the most are dropped first (then start-ups), until it fits."""
@@ -90,8 +105,10 @@ def encode_history(history: WarmHistory, max_bytes: int = MAX_STATE_BYTES) -> st
 
 
 def decode_history(text: str) -> WarmHistory:
-    """Parse the ConfigMap form. Raises ValueError (with what is wrong) on anything malformed: the
-    caller reports it and starts from the empty history (the fallback)."""
+    """Parse the ConfigMap form, as it is: numbers are not bounded here (``load_history`` does). Raises
+    ValueError (with what is wrong) when it is not that form (not JSON, another version, a group entry
+    of the wrong shape or types, demand samples not in time order): the caller reports it and starts from
+    the empty history (the fallback)."""
     try:
         doc = json.loads(text)
     except (TypeError, json.JSONDecodeError) as e:
@@ -101,17 +118,87 @@ def decode_history(text: str) -> WarmHistory:
     try:
         groups = {}
         for name, h in doc["groups"].items():
-            demand = tuple((float(t), int(n)) for t, n in h["demand"])
+            demand = tuple((float(t), _count(n)) for t, n in h["demand"])
             startup = tuple(float(s) for s in h["startup_s"])
-            if any(not math.isfinite(t) or n < 0 for t, n in demand) or any(
-                    not math.isfinite(s) or s < 0 for s in startup):
-                raise ValueError(f"group {name!r}: negative or non-finite value")
             if any(b[0] <= a[0] for a, b in zip(demand, demand[1:])):
                 raise ValueError(f"group {name!r}: demand samples not in time order")
             groups[str(name)] = GroupHistory(demand=demand, startup_s=startup)
         return WarmHistory(groups=groups)
-    except (TypeError, KeyError, ValidationError) as e:
+    except (TypeError, KeyError, OverflowError, ValidationError) as e:
         raise ValueError(f"malformed group entry: {type(e).__name__}: {e}") from None
+
+
+def load_history(text: str, now_s: float) -> tuple[WarmHistory, tuple[StateRepair, ...]]:
+    """The stored history ``text`` as the sidecar may trust it at ``now_s``, and what was repaired.
+
+    ``decode_history`` first (its ValueError is the caller's: nothing of the state is usable). Then, sample by
+    sample: a demand sample whose time is not finite and >= 0 or whose demand is not within
+    [0, MAX_DEMAND_WORKERS], or a start-up not within [0, MAX_STARTUP_S], is dropped (``WarmStateOutOfBounds``;
+    start-ups beyond the newest MAX_STARTUP_SAMPLES too); a demand sample dated after ``now_s`` is dropped
+    (``WarmStateFutureSamples``: a clock that stepped back, or an edit); a text over MAX_STATE_BYTES is cut as
+    ``encode_history`` would have written it, the oldest demand samples of the largest group first
+    (``WarmStateTooLarge``). Work linear in the text's size."""
+    history = decode_history(text)
+    groups: dict[str, GroupHistory] = {}
+    bad: dict[str, tuple[int, int, int]] = {}  # group -> demand samples, start-ups out of bounds; start-ups over 32
+    for name, h in history.groups.items():
+        demand = tuple((t, n) for t, n in h.demand if 0 <= t < math.inf and 0 <= n <= MAX_DEMAND_WORKERS)
+        ups = tuple(s for s in h.startup_s if 0 <= s <= MAX_STARTUP_S)
+        if len(demand) != len(h.demand) or len(ups) != len(h.startup_s) or len(ups) > MAX_STARTUP_SAMPLES:
+            bad[name] = (len(h.demand) - len(demand), len(h.startup_s) - len(ups),
+                         max(0, len(ups) - MAX_STARTUP_SAMPLES))
+        groups[name] = GroupHistory(demand=demand, startup_s=ups[-MAX_STARTUP_SAMPLES:])
+    repairs = []
+    if bad:
+        d, u, extra = (sum(x[i] for x in bad.values()) for i in range(3))
+        parts = [f"{_samples(d, 'demand sample')} out of bounds (time finite and >= 0, demand 0-{MAX_DEMAND_WORKERS})"
+                 ] if d else []
+        parts += [f"{_samples(u, 'start-up')} out of bounds (0-{MAX_STARTUP_S:.0f}s)"] if u else []
+        parts += [f"{_samples(extra, 'start-up')} beyond the newest {MAX_STARTUP_SAMPLES}"] if extra else []
+        repairs.append(StateRepair(reason="WarmStateOutOfBounds", message=f"{'; '.join(parts)} dropped ("
+                                   + ", ".join(f"group {g}: {sum(x)}" for g, x in sorted(bad.items())) + ")"))
+    history, future = drop_future(WarmHistory(groups=groups), now_s)
+    if future is not None:
+        repairs.append(future)
+    size = len(text.encode())
+    if size > MAX_STATE_BYTES:
+        before = sum(len(h.demand) for h in history.groups.values())
+        history = decode_history(encode_history(history, MAX_STATE_BYTES))
+        after = sum(len(h.demand) for h in history.groups.values())
+        repairs.append(StateRepair(reason="WarmStateTooLarge", message=(
+            f"{size} bytes, over the {MAX_STATE_BYTES}-byte cap: cut to its newest part ({after} of {before} "
+            "demand samples kept)")))
+    return history, tuple(repairs)
+
+
+def drop_future(history: WarmHistory, now_s: float, why: str = "a clock that stepped back, or an edit"
+                ) -> tuple[WarmHistory, StateRepair | None]:
+    """``history`` without its demand samples dated after ``now_s`` (each group's are in time order: the
+    newest are checked first), and the ``WarmStateFutureSamples`` repair that says so (None: none was)."""
+    cut: dict[str, int] = {}
+    for name, h in history.groups.items():
+        if h.demand and h.demand[-1][0] > now_s:
+            cut[name] = sum(1 for t, _ in h.demand if t > now_s)
+    if not cut:
+        return history, None
+    groups = {name: GroupHistory(demand=tuple(x for x in h.demand if x[0] <= now_s), startup_s=h.startup_s)
+              if name in cut else h for name, h in history.groups.items()}
+    return WarmHistory(groups=groups), StateRepair(reason="WarmStateFutureSamples", message=(
+        f"{_samples(sum(cut.values()), 'demand sample')} dated after now dropped ("
+        + ", ".join(f"group {g}: {n}" for g, n in sorted(cut.items())) + f"): {why}"))
+
+
+def _count(n: object) -> int:
+    """A stored demand count: an int as it is; a float only when integral, else -1 (1.5, NaN and infinity are
+    out of bounds: ``load_history`` drops them)."""
+    if isinstance(n, int):
+        return n
+    f = float(n)  # type: ignore[arg-type]  # a str or a list: the ValueError or TypeError of a malformed entry
+    return int(f) if f.is_integer() else -1
+
+
+def _samples(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def _num(x: float) -> float | int:

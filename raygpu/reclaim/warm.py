@@ -25,7 +25,13 @@ Never raises (errors are logged; learning goes on in memory). A ConfigMap of tha
 name that raygpu cannot prove it created (labels and ownerReference) is never
 written: one Warning Event ``WarmStateNotOwned`` and the history stays in memory.
 One that is ours but does not parse: one Warning Event ``WarmStateInvalid`` and
-the fallback (the empty history), then it is overwritten by the next write.
+the fallback (the empty history), then it is overwritten by the next write. One
+that parses is still read sample by sample (``model.warm.load_history``): a
+number out of bounds, a sample dated after now, a state over ``MAX_STATE_BYTES``
+is dropped or cut, one Warning Event each (``WarmStateOutOfBounds``,
+``WarmStateFutureSamples``, ``WarmStateTooLarge``), and the repaired state is
+written back in the same cycle. A clock that steps back drops, in memory, the samples
+it left ahead (``WarmStateFutureSamples``).
 """
 
 from __future__ import annotations
@@ -39,8 +45,8 @@ from raygpu.model.cycle import CycleState
 from raygpu.model.labels import LABEL_CLUSTER, LABEL_WARM_STATE, WARM_STATE_KEY, dns_label, warm_state_name
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sView, Snapshot
-from raygpu.model.warm import (MAX_STARTUP_SAMPLES, MAX_STATE_BYTES, GroupHistory, WarmHistory, WarmTarget,
-                               decode_history, encode_history)
+from raygpu.model.warm import (MAX_STARTUP_SAMPLES, MAX_STATE_BYTES, GroupHistory, StateRepair, WarmHistory,
+                               WarmTarget, drop_future, encode_history, load_history)
 from raygpu.plan.reclaim.warm import demand_by_group, plan_warm, record
 
 log = logging.getLogger("raygpu.sidecar")
@@ -75,7 +81,10 @@ class WarmKeeper:
             return state
         try:
             if not self.loaded:
-                self._load(cluster)
+                self._load(cluster, state.now_s)
+            self.history, future = drop_future(self.history, state.now_s, "the clock stepped back")
+            if future is not None:  # once per step back: the samples it left ahead are gone after this
+                self._report(cluster, future, "in memory")
             if state.ray.reachable:  # Ray's view unavailable: nothing to learn (and plan_reclaim keeps all)
                 snapshot = Snapshot(taken_at_s=state.now_s, cluster=cluster.name, namespace=cluster.namespace,
                                     ray=state.ray, k8s=K8sView(pods=state.pods))
@@ -86,7 +95,7 @@ class WarmKeeper:
             targets = plan_warm(self.history, groups, state.now_s, cp.warm)
             self._explain(targets, cluster)
             if self.dirty >= self.write_every and self.loaded and not self.not_owned:
-                self._write(cluster)
+                self._write(cluster, state.now_s)
         except Exception as e:  # noqa: BLE001 - keep-warm must never stop a cycle: fixed timeouts then
             log.exception("warm-failed", extra={"fields": self.ids({"error": str(e)})})
             targets = {g: WarmTarget(group=g, warm=None, reason=f"keep-warm failed: {e}",
@@ -142,8 +151,10 @@ class WarmKeeper:
                 and any(r.get("uid") == cluster.uid and r.get("kind") == "RayCluster"
                         for r in md.get("ownerReferences") or []))
 
-    def _load(self, cluster: RayClusterView) -> None:
-        """Read the state ConfigMap (once, and after a conflict). A failed read is retried next cycle."""
+    def _load(self, cluster: RayClusterView, now_s: float) -> None:
+        """Read the state ConfigMap (once, and after a conflict), defensively (``load_history``: what it drops
+        or cuts is a Warning Event each, and the repaired state is written back this cycle). A failed read is
+        retried next cycle."""
         name = warm_state_name(cluster.name)
         try:
             obj = self.kube.get("v1", "ConfigMap", name, cluster.namespace)
@@ -164,15 +175,24 @@ class WarmKeeper:
         self.not_owned = False
         self.resource_version = (obj.get("metadata") or {}).get("resourceVersion")
         try:
-            stored = decode_history(((obj.get("data") or {}).get(WARM_STATE_KEY)) or "")
+            stored, repairs = load_history(((obj.get("data") or {}).get(WARM_STATE_KEY)) or "", now_s)
         except ValueError as e:
             self.dirty = self.write_every  # ours: rewrite it with what this process learns
             self.event(cluster, "WarmStateInvalid", f"ConfigMap {name} key {WARM_STATE_KEY} ignored: {e}; "
                        "starting from the fallback (no history)", type_="Warning")
             return
+        for r in repairs:
+            self._report(cluster, r, f"ConfigMap {name} key {WARM_STATE_KEY}")
+        if repairs:
+            self.dirty = self.write_every  # ours: rewrite it repaired
         self.history = _merged(stored, self.history)
 
-    def _write(self, cluster: RayClusterView) -> None:
+    def _report(self, cluster: RayClusterView, repair: StateRepair, where: str) -> None:
+        log.warning("warm-state-repaired", extra={"fields": self.ids({
+            "reason": repair.reason, "where": where, "detail": repair.message})})
+        self.event(cluster, repair.reason, f"keep-warm history ({where}): {repair.message}", type_="Warning")
+
+    def _write(self, cluster: RayClusterView, now_s: float) -> None:
         name = warm_state_name(cluster.name)
         text = encode_history(self.history, MAX_STATE_BYTES)
         try:
@@ -184,7 +204,7 @@ class WarmKeeper:
         except ConflictError as e:  # someone wrote it (or created it) since we read: re-read, never overwrite
             log.info("warm-state-conflict", extra={"fields": self.ids({"configmap": name, "error": str(e)})})
             self.loaded = False
-            self._load(cluster)
+            self._load(cluster, now_s)
             return
         except RayGpuError as e:  # lost: at most this window of samples; the next write carries them
             log.warning("warm-state-write-failed", extra={"fields": self.ids({"configmap": name, "error": str(e)})})

@@ -271,3 +271,32 @@ def test_every_decision_of_a_plan_is_the_validated_decision_in_field_order():
         slow = Decision(**d.__dict__)
         assert list(d.__dict__) == list(Decision.model_fields) and d.__getstate__() == slow.__getstate__()
         assert repr(d) == repr(slow) and d.model_dump_json() == slow.model_dump_json()
+
+
+# A pod with two live Ray nodes (Ray restarted inside it while the old node is still reported alive): the
+# pod is judged by all of them. 'n-w1' is the old node; 'n-w1-z' (the larger id) the new, idle one.
+TWINS = [
+    ("a bundle on the pod's other Ray node", world().worker("w1", idle_for_s=IDLE).ray_node("w1", "n-w1-z", idle_for_s=IDLE)
+     .pg([G8], state="CREATED", on=["w1"]), R.HOLDS_BUNDLE),
+    ("a bundle on the larger node id", world().worker("w1", idle_for_s=IDLE).ray_node("w1", "n-w1-z", idle_for_s=IDLE)
+     .pg([G8], state="CREATED", on=["w1-z"]), R.HOLDS_BUNDLE),
+    ("the other Ray node is busy", world().worker("w1").ray_node("w1", "n-w1-z", idle_for_s=IDLE),
+     R.NOT_IDLE_LONG_ENOUGH),
+    ("the other Ray node idle for less than the timeout", world().worker("w1", idle_for_s=300)
+     .ray_node("w1", "n-w1-z", idle_for_s=IDLE), R.NOT_IDLE_LONG_ENOUGH),
+    ("both idle past the timeout", world().worker("w1", idle_for_s=IDLE).ray_node("w1", "n-w1-z", idle_for_s=IDLE),
+     R.IDLE),
+]
+
+
+@pytest.mark.parametrize("case,w,expected", TWINS, ids=[c[0] for c in TWINS])
+def test_a_pod_is_judged_by_all_its_live_ray_nodes(case, w, expected):
+    (d,) = [d for d in plan(w).decisions if d.pod_name == "w1"]
+    assert d.reason == expected, d.detail
+    assert d.ray_node_id == "n-w1-z"  # the decision still names the larger node id
+
+
+def test_a_bundle_on_the_other_ray_node_is_named_in_the_detail():
+    w = world().worker("w1", idle_for_s=IDLE).ray_node("w1", "n-w1-z", idle_for_s=IDLE).pg([G8], state="CREATED", on=["w1"])
+    (d,) = [d for d in plan(w).decisions if d.pod_name == "w1"]
+    assert "pg0" in d.detail and "n-w1" in d.detail

@@ -108,10 +108,10 @@ def test_record_keeps_the_highest_demand_of_a_step_and_drops_the_horizon():
     assert h.groups["gpu"].startup_s == (100.0,)
 
 
-def test_record_forgets_groups_no_longer_in_auto_and_a_clock_going_back():
+def test_record_forgets_groups_no_longer_in_auto_and_what_a_clock_going_back_left_in_the_future():
     h = record(WarmHistory(), 600, {"gpu": 1, "cpu": 2}, S)
     h = record(h, 300, {"gpu": 9}, S)
-    assert set(h.groups) == {"gpu"} and h.groups["gpu"].demand == ((600.0, 1),)
+    assert set(h.groups) == {"gpu"} and h.groups["gpu"].demand == ((300.0, 9),)
 
 
 def test_start_ups_are_bounded():
@@ -144,6 +144,12 @@ def test_demand_of_an_idle_cluster_is_zero():
     assert demand_by_group(snapshot, cluster) == {"gpu": 0}
 
 
+def test_a_pod_with_two_busy_ray_nodes_is_one_busy_worker():
+    """Ray restarted inside pod b1 and its old node is still reported alive: one worker, not two."""
+    snapshot, cluster = world().worker("b1").ray_node("b1", "n-b1-z").worker("i1", idle_for_s=60).obj()
+    assert demand_by_group(snapshot, cluster) == {"gpu": 1}
+
+
 # ------------------------------------------------------------ the ConfigMap form
 def test_history_round_trips_and_stays_under_the_bound():
     big = WarmHistory(groups={g: hist(list(range(2000)), startup_s=(180.5,) * 32, t0=1.7e9) for g in ("a", "b")})
@@ -161,11 +167,12 @@ def test_history_round_trips_and_stays_under_the_bound():
     ("{", "not JSON"),
     (json.dumps({"version": 2, "groups": {}}), "expected"),
     (json.dumps({"version": 1, "groups": {"g": {"demand": [[1, 2]]}}}), "malformed"),
-    (json.dumps({"version": 1, "groups": {"g": {"demand": [[1, -2]], "startup_s": []}}}), "negative"),
+    (json.dumps({"version": 1, "groups": {"g": {"demand": [[1, [2]]], "startup_s": []}}}), "malformed"),
     (json.dumps({"version": 1, "groups": {"g": {"demand": [[5, 1], [1, 1]], "startup_s": []}}}), "time order"),
     (json.dumps({"version": 1, "groups": {"g": {"demand": [["x", 1]], "startup_s": []}}}), "could not convert"),
 ])
 def test_a_malformed_history_is_a_value_error_saying_why(text, why):
+    """Not the ConfigMap form at all; numbers out of bounds are ``load_history``'s (test_warm_state_bounds)."""
     with pytest.raises(ValueError, match=why):
         decode_history(text)
 

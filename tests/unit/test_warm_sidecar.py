@@ -14,9 +14,10 @@ from raygpu.model.labels import LABEL_CLUSTER, LABEL_WARM_STATE, WARM_STATE_KEY,
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimReason
 from raygpu.model.views import RayView
-from raygpu.model.warm import decode_history
+from raygpu.model.warm import GroupHistory, decode_history
 from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig
 from raygpu.testing.builders.recorded import NOW_S, NS, PODS, RECORDED, pod, ray_node
+from raygpu.testing.builders.warm import warm_state_configmap
 from raygpu.testing.fake_kube import FakeKube
 
 R = ReclaimReason
@@ -207,3 +208,64 @@ def test_groups_not_in_auto_learn_nothing_and_write_nothing():
     w.learn(r, 10)
     assert not [c for c in w.kube.calls if c[0] in ("get", "create", "merge_patch")]
     assert not w.kube.with_reason("WarmTarget") and gauge(r, "gpu") is None
+
+
+# ------------------------------------------------------------------ a state read defensively
+def seeded(text: str | None = None, **groups: GroupHistory) -> FakeKube:
+    """A cluster in auto whose state ConfigMap (ours) holds ``groups``, or the raw ``text`` (no size cap)."""
+    kube = FakeKube(auto_cluster())
+    cm = warm_state_configmap(NS, "rc", RECORDED["metadata"]["uid"], groups)
+    if text is not None:
+        cm["data"][WARM_STATE_KEY] = text
+    kube.create(cm)
+    return kube
+
+
+def test_a_future_dated_sample_in_the_state_is_dropped_and_learning_goes_on():
+    steady = tuple((NOW_S - 7200 + 60 * i, 1) for i in range(100))
+    kube = seeded(gpu=GroupHistory(demand=steady + ((NOW_S + 10 * 86400, 1),), startup_s=(180.0,)))
+    w = World(kube)
+    r = w.reclaimer()
+    w.learn(r, 1)
+    (event,) = kube.with_reason("WarmStateFutureSamples")
+    assert event.type == "Warning" and "1 demand sample dated after now dropped (group gpu: 1)" in event.message
+    saved = decode_history(stored(kube)["data"][WARM_STATE_KEY]).groups["gpu"].demand
+    assert saved == steady + ((NOW_S - NOW_S % 60, 1),)  # repaired, rewritten at once, the new sample in
+    w.learn(r, 6)  # the next write, 6 cycles later: every new sample was kept
+    assert len(decode_history(stored(kube)["data"][WARM_STATE_KEY]).groups["gpu"].demand) == 100 + 7
+
+
+def test_a_clock_that_steps_back_drops_the_samples_it_left_in_the_future_once():
+    w = World(FakeKube(auto_cluster()))
+    r = w.reclaimer()
+    w.learn(r, 10)
+    w.now -= 3600  # the clock steps back an hour: the 10 samples are now in the future
+    w.learn(r, 8)  # writes at the 2nd and the 8th of these cycles
+    (event,) = w.kube.with_reason("WarmStateFutureSamples")
+    assert event.type == "Warning" and "group gpu: 10" in event.message and "clock stepped back" in event.message
+    saved = decode_history(stored(w.kube)["data"][WARM_STATE_KEY]).groups["gpu"].demand
+    assert len(saved) == 8 and max(t for t, _ in saved) <= w.now  # no sample ahead holds the new ones out
+
+
+def test_a_demand_of_ten_to_the_eighteen_is_dropped_and_idle_workers_are_reclaimed():
+    """Half the stored samples at 10^18: taken whole, the target was 10^18 and every idle worker stayed."""
+    absurd = tuple((NOW_S - 7200 + 60 * i, 10**18 if i % 2 else 0) for i in range(110))
+    kube = seeded(gpu=GroupHistory(demand=absurd, startup_s=(180.0,)))
+    report = World(kube).reclaimer().cycle()
+    gpu = [d for d in report.plan.decisions if d.group == "gpu" and d.reason in (R.IDLE, R.KEEP_WARM)]
+    assert gpu and {d.reason for d in gpu} == {R.IDLE}
+    (event,) = kube.with_reason("WarmStateOutOfBounds")
+    assert event.type == "Warning" and "55 demand samples" in event.message
+
+
+def test_an_oversized_state_is_cut_to_its_newest_part_with_a_warning():
+    demand = [[NOW_S - 21000 + 0.5 * i, i % 3] for i in range(40_000)]
+    text = json.dumps({"version": 1, "groups": {"gpu": {"demand": demand, "startup_s": [180]}}})
+    kube = seeded(text)
+    r = World(kube).reclaimer()
+    r.cycle()
+    (event,) = kube.with_reason("WarmStateTooLarge")
+    assert event.type == "Warning" and f"{len(text)} bytes" in event.message
+    target = next(e.message for e in kube.with_reason("WarmTarget") if "gpu" in e.message)
+    samples = int(target.split(" samples in")[0].rsplit(", ", 1)[1])
+    assert 0 < samples < 10_000, target  # planned on the newest part only

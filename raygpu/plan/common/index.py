@@ -5,7 +5,8 @@ A decision cycle runs several pure functions on one :class:`Snapshot`: the docto
 here, once, and passed to each explicitly:
 
 * :class:`RayJoin` (``join_ray``): the live Ray nodes and the pod each one runs in
-  (``RayNodeView.instance_id`` == pod name, as KubeRay sets ``RAY_CLOUD_INSTANCE_ID``) and, for the doctor,
+  (``RayNodeView.instance_id`` == pod name, as KubeRay sets ``RAY_CLOUD_INSTANCE_ID``; a pod whose Ray
+  restarted inside it while the old node is still reported alive has several, all in ``RayJoin.shared``) and, for the doctor,
   the NVML view of each pod, its units and MIG flag, worked out in the same visit. ``plan_reclaim`` needs only the join; it builds it itself when not given one.
 * ``plan.doctor.checks_index.index_snapshot(snapshot)`` (built on this join, below the doctor): the doctor's
   :class:`SnapshotIndex`, which holds that ``RayJoin`` (``.ray``) and the rest every doctor check reads. Give it to ``reconcile(..., index=ix)`` and
@@ -43,6 +44,9 @@ class RayJoin:
     nvml_by_pod: dict[str, NvmlView]
     nvml_units_by_pod: dict[str, int]  # NvmlView.gpu_units of the available views
     nvml_mig_pods: set[str]  # pods whose available NVML view has MIG on
+    # instance id -> every live node of that id, in snapshot order, for the ids two or more live nodes share
+    # (Ray restarted inside the pod while its old node is still reported alive); empty when ``unique``
+    shared: dict[str, tuple[RayNodeView, ...]]
 
     def with_instance(self) -> list[RayNodeView]:
         """The live nodes with an instance id, in snapshot order."""
@@ -85,4 +89,11 @@ def join_ray(nodes: tuple[RayNodeView, ...], nvml: dict[str, NvmlView] | None = 
                     mig.add(instance)
                 else:
                     units[instance] = len(devices)
-    return RayJoin(live, by_instance, len(by_instance) == count, count, views, units, mig)
+    shared: dict[str, tuple[RayNodeView, ...]] = {}
+    if len(by_instance) != count:  # rare: a second pass, only then
+        all_of: dict[str, list[RayNodeView]] = {}
+        for n in live:
+            if n.instance_id:
+                all_of.setdefault(n.instance_id, []).append(n)
+        shared = {i: tuple(ns) for i, ns in all_of.items() if len(ns) > 1}
+    return RayJoin(live, by_instance, len(by_instance) == count, count, views, units, mig, shared)

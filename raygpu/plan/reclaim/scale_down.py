@@ -2,7 +2,7 @@
 
 ``plan_reclaim`` is pure: no clock (``now_s`` is an argument), no I/O, no state
 between calls; the same input always gives an equal plan. It never deletes the
-head, a worker holding a placement-group bundle, a member of a live
+head, a worker holding a placement-group bundle (on any of its live Ray nodes), a member of a live
 reservation, a worker a pending or rescheduling PG needs to fit (``plan.pending``:
 a PG that can be placed now can still be placed after the plan, or the workers
 stay), or a worker that would take its group below ``minReplicas``. A worker
@@ -79,20 +79,24 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         groups.setdefault(g.group_name, g)
     listed = {g.group_name: frozenset(g.workers_to_delete) for g in reversed(cluster.worker_groups)}
 
-    # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name).
+    # 1. Match the pods of this cluster to their live Ray nodes (instance_id == pod name). A pod with several
+    #    (Ray restarted inside it, the old node still reported alive) is judged by all of them.
     if index is None:
-        ray_by_pod = _ray_by_pod(join_ray(snapshot.ray.nodes))
+        join = join_ray(snapshot.ray.nodes)
     elif index.snapshot is not snapshot:
         raise ValueError("index was built from another snapshot")
     else:
-        ray_by_pod = _ray_by_pod(index.ray)
+        join = index.ray
+    ray_by_pod = _ray_by_pod(join)
+    held = _bundle_holders(snapshot.ray.placement_groups)
+    if join.shared:
+        _judge_by_all(join.shared, ray_by_pod, held)
     cname = cluster.name
 
     # 2. Protections, in order, in one pass over the snapshot's pods (the cluster's judged, the others set
     #    aside for the occupant count); the first that applies is the reason. decisions: pod name -> its
     #    Decision's fields (None: a candidate, decided below), put in name order at the end.
     decisions: dict[str, dict | None] = {}
-    held = _bundle_holders(snapshot.ray.placement_groups)
     pending_pgs = any(pg.state in _PENDING for pg in snapshot.ray.placement_groups)
     hosts: dict[str, RayNodeView] = {}  # plan.pending's counted capacity (built only when a PG is pending)
     candidates: list[_Worker] = []
@@ -260,7 +264,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
 def _ray_by_pod(join: RayJoin) -> dict[str, RayNodeView]:
     """Pod name -> its live Ray node (``instance_id`` == pod name); of two live nodes with one instance id,
-    the larger node id (as a dict built in node id order would keep). The join's own map when the instance
+    the larger node id (as a dict built in node id order would keep; ``_judge_by_all`` then folds the others
+    in). The join's own map when the instance
     ids are unique (the usual case), else a plain loop."""
     if join.unique:
         return join.by_instance
@@ -269,6 +274,25 @@ def _ray_by_pod(join: RayJoin) -> dict[str, RayNodeView]:
         if (cur := out.get(n.instance_id)) is None or n.node_id >= cur.node_id:
             out[n.instance_id] = n
     return out
+
+
+def _judge_by_all(shared: dict[str, tuple[RayNodeView, ...]], ray_by_pod: dict[str, RayNodeView],
+                  held: dict[str, str]) -> None:
+    """Make each pod with several live Ray nodes (``RayJoin.shared``) judged by all of them, in place: the
+    node it is matched to (``ray_by_pod``, a fresh dict when ids are shared) is busy when any of them is (else
+    idle since the latest of them) and DRAINING only when none is busy; it holds a bundle (``held``) when any
+    of them does. The decision still names the matched node."""
+    for pod, nodes in shared.items():
+        node = ray_by_pod[pod]
+        if node.node_id not in held:
+            for n in nodes:
+                if n.node_id in held:
+                    held[node.node_id] = f"{held[n.node_id]} on this pod's other Ray node {n.node_id}"
+                    break
+        busy = any(n.idle_since_s is None for n in nodes)
+        since = None if busy else max(n.idle_since_s for n in nodes)  # type: ignore[type-var]
+        if since != node.idle_since_s or (busy and node.draining):
+            ray_by_pod[pod] = node.model_copy(update={"idle_since_s": since, "draining": node.draining and not busy})
 
 
 def _idle_detail(w: _Worker, policy: ReclaimPolicy) -> str:

@@ -22,18 +22,19 @@ the targets, which ``plan_reclaim`` then honours after every protection
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.views import PgState, Snapshot
-from raygpu.model.warm import MAX_STARTUP_SAMPLES, GroupHistory, WarmHistory, WarmSettings, WarmTarget
+from raygpu.model.warm import (MAX_DEMAND_WORKERS, MAX_STARTUP_S, MAX_STARTUP_SAMPLES, GroupHistory, WarmHistory,
+                               WarmSettings, WarmTarget)
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
 
 
 def demand_by_group(snapshot: Snapshot, cluster: RayClusterView) -> dict[str, int]:
-    """Workers each worker group of ``cluster`` needs now: its busy workers (a live Ray node that is not
-    idle: a task, an actor or a placement-group bundle) plus the workers its share of the waiting demand
+    """Workers each worker group of ``cluster`` needs now: its busy workers (a pod with a live Ray node that
+    is not idle: a task, an actor or a placement-group bundle) plus the workers its share of the waiting demand
     needs (the unplaced bundles of PENDING/RESCHEDULING PGs and Ray's pending tasks/actors).
 
     A waiting bundle goes to the first group, in spec order, whose worker offers its GPUs and CPUs; the
@@ -46,10 +47,13 @@ def demand_by_group(snapshot: Snapshot, cluster: RayClusterView) -> dict[str, in
     out = {g.group_name: 0 for g in groups}
     pods = {p.name: p for p in snapshot.k8s.pods
             if p.ray_cluster == cluster.name and p.namespace == cluster.namespace and not p.is_head}
+    busy: set[str] = set()  # pod names: a pod whose Ray restarted inside it has two live nodes, one worker
     for n in snapshot.ray.nodes:
         pod = pods.get(n.instance_id or "")
         group = (pod.ray_group if pod else None) or n.node_type
-        if n.alive and not n.is_head and pod is not None and group in out and n.idle_since_s is None:
+        if n.alive and not n.is_head and pod is not None and group in out and n.idle_since_s is None \
+                and pod.name not in busy:
+            busy.add(pod.name)
             out[group] += 1
     tasks: dict[str, float] = defaultdict(float)
     for d in snapshot.ray.resource_demand:
@@ -76,21 +80,25 @@ def demand_by_group(snapshot: Snapshot, cluster: RayClusterView) -> dict[str, in
 def record(history: WarmHistory, now_s: float, demand: dict[str, int], settings: WarmSettings,
            startups: dict[str, list[float]] | None = None) -> WarmHistory:
     """``history`` with this observation folded in: per group in ``demand``, one sample per ``step_s``
-    bucket (the highest demand seen in it), samples older than ``history_s`` dropped; new start-up
-    durations appended (the newest MAX_STARTUP_SAMPLES kept). Groups not in ``demand`` are dropped:
-    only the groups in ``auto`` are learned."""
+    bucket (the highest demand seen in it, at most MAX_DEMAND_WORKERS), samples older than ``history_s``
+    dropped, and so are samples after this bucket (dated in the future: the clock stepped back; kept, they
+    would hold every new sample out); new start-up durations within [0, MAX_STARTUP_S] appended (the newest
+    MAX_STARTUP_SAMPLES kept). Groups not in ``demand`` are dropped: only the groups in ``auto`` are learned."""
     out = {}
+    bucket = math.floor(now_s / settings.step_s) * settings.step_s
     for group, n in sorted(demand.items()):
         h = history.groups.get(group, GroupHistory())
-        bucket = math.floor(now_s / settings.step_s) * settings.step_s
+        n = min(n, MAX_DEMAND_WORKERS)
         samples = list(h.demand)
+        if samples and samples[-1][0] > bucket:
+            samples = [s for s in samples if s[0] <= bucket]
         if samples and samples[-1][0] == bucket:
             samples[-1] = (bucket, max(samples[-1][1], n))
-        elif not samples or samples[-1][0] < bucket:
+        else:
             samples.append((bucket, n))
-        # else: a clock that went back; the sample is dropped rather than breaking the time order
         samples = [s for s in samples if s[0] > now_s - settings.history_s]
-        ups = (*h.startup_s, *((startups or {}).get(group) or ()))[-MAX_STARTUP_SAMPLES:]
+        new = [s for s in (startups or {}).get(group) or () if 0 <= s <= MAX_STARTUP_S]
+        ups = (*h.startup_s, *new)[-MAX_STARTUP_SAMPLES:]
         out[group] = GroupHistory(demand=tuple(samples), startup_s=tuple(ups))
     return WarmHistory(groups=out)
 
@@ -111,7 +119,8 @@ def _target(group: str, h: GroupHistory, now_s: float, s: WarmSettings) -> WarmT
     # demand is sampled once a step: a start-up shorter than that is measured over one step (the next sample);
     # over less, no sample has a later one in its window and the group would never learn
     window_s = max(startup_s, s.step_s)
-    demand = [x for x in h.demand if x[0] > now_s - s.history_s]
+    since = now_s - s.history_s
+    demand = [x for x in h.demand if since < x[0] <= now_s]  # a sample past now (a clock step) counts for nothing
     rises = rises_over(demand, window_s)
     if len(rises) < s.min_samples:
         return WarmTarget(warm=None, window_s=window_s, samples=len(rises),
@@ -131,20 +140,32 @@ def _target(group: str, h: GroupHistory, now_s: float, s: WarmSettings) -> WarmT
 def rises_over(demand: list[tuple[float, int]] | tuple[tuple[float, int], ...], window_s: float) -> list[int]:
     """For each sample whose following ``window_s`` the history covers (``t + window_s <=`` the last
     sample's time), the rise ``max(d(t') - d(t), 0)`` over the samples ``t < t' <= t + window_s``. A sample
-    with no later sample in its window (a gap: the sidecar was down) gives no rise."""
-    out = []
+    with no later sample in its window (a gap: the sidecar was down) gives no rise.
+
+    ``demand`` in time order. Linear in samples however many a window holds: the window slides (both its
+    ends only move forward) and its maximum is the front of a deque of indices whose demand decreases."""
+    out: list[int] = []
+    if not demand:
+        return out
+    last_t = demand[-1][0]
+    size = len(demand)
+    window: deque[int] = deque()  # indices in (i, j), demand strictly decreasing: the front is the max
     j = 0
-    last_t = demand[-1][0] if demand else 0.0
-    times = [t for t, _ in demand]
     for i, (t, d) in enumerate(demand):
         if t + window_s > last_t:
             break
+        while window and window[0] <= i:
+            window.popleft()
         j = max(j, i + 1)
-        while j < len(demand) and times[j] <= t + window_s:
+        end = t + window_s
+        while j < size and demand[j][0] <= end:
+            n = demand[j][1]
+            while window and demand[window[-1]][1] <= n:
+                window.pop()
+            window.append(j)
             j += 1
-        later = [n for _, n in demand[i + 1:j]]
-        if later:
-            out.append(max(0, max(later) - d))
+        if window:
+            out.append(max(0, demand[window[0]][1] - d))
     return out
 
 

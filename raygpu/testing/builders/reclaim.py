@@ -73,6 +73,16 @@ class World:
                 idle_since_s=None if idle_for_s is None else NOW_S - idle_for_s))
         return self
 
+    def ray_node(self, pod: str, node_id: str, *, idle_for_s: float | None = None, gpus: float = 8,
+                 group: str = "gpu") -> "World":
+        """One more live Ray node of pod ``pod``, id ``node_id`` (Ray restarted inside the pod while its old
+        node is still reported alive); ``idle_for_s=None``: busy."""
+        self._nodes.append(RayNodeView(
+            node_id=node_id, alive=True, instance_id=pod, node_type=group, total={"GPU": gpus, "CPU": 16},
+            available={"GPU": gpus if idle_for_s is not None else 0.0, "CPU": 16},
+            idle_since_s=None if idle_for_s is None else NOW_S - idle_for_s))
+        return self
+
     def busy_pod(self, name: str, *, k8s_node: str) -> "World":
         """A running pod of another workload on ``k8s_node``."""
         self._k8s_nodes.setdefault(k8s_node, {})
