@@ -25,7 +25,7 @@ from raygpu.gang.aio import AsyncFace, gang_placement_group_async, placement_gro
 from raygpu.gang.backfill import Backfill
 from raygpu.gang.guard import Guard
 from raygpu.gang.ray_calls import RayCalls
-from raygpu.gang.reservation import (EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, gang_request,  # noqa: F401
+from raygpu.gang.reservation import (EXIT_DRAIN_S, RELEASE_DRAIN_S, GroupOutcome, Reservation, gang_request,  # noqa: F401
                                     plan_placement_group, reserve)  # plan_placement_group: public here
 from raygpu.gang.watchdog import HEARTBEAT_EVERY_S, WATCH_BACKOFF_MAX_S, WATCH_EVERY_S, Watchdog  # noqa: F401
 from raygpu.model.gang import GangPlan, ReservationState
@@ -184,7 +184,7 @@ class GangPlacementGroup(Watchdog, AsyncFace):
         if self.guard is not None:  # its blockers also go with the state ConfigMap (ownerReference)
             self._attempt("ending the guard", lambda: self.guard.release(failure or "released"))
         result = "done"
-        if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) == GROUP_DRAINING:
+        if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) is GroupOutcome.DRAINING:
             result = "draining"
         self._release_complete = True
         self._progress(f"reservation {self.plan.reservation_group} "

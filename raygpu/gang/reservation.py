@@ -15,6 +15,7 @@ idempotent and leaves no worker group, gang object or state ConfigMap behind.
 
 from __future__ import annotations
 
+import enum
 import json
 import threading
 import time
@@ -135,14 +136,14 @@ class Reservation:
         self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {ANNOTATION_PLACEMENT_GROUP: pg_id}}})
 
     # --------------------------------------------------------------- release
-    def release(self, failed: str | None = None, drain_timeout_s: float = RELEASE_DRAIN_S) -> str:
+    def release(self, failed: str | None = None, drain_timeout_s: float = RELEASE_DRAIN_S) -> GroupOutcome:
         """Remove the worker group, the gang objects and the state ConfigMap. Idempotent.
 
         ``failed`` (a reason) walks FAILED -> ROLLED_BACK instead of RELEASED
         (a reservation already released keeps that end). A call that raises
         has changed no state it did not also write, so calling again finishes
         the job. Waits up to ``drain_timeout_s`` for the group's pods to go. Returns
-        ``GROUP_DRAINING`` when they outlived the wait: the state is then
+        ``GroupOutcome.DRAINING`` when they outlived the wait: the state is then
         terminal and the zero-replica group and the state ConfigMap stay for
         ``finish_release`` (or the sidecar's garbage collection) to remove.
         """
@@ -153,7 +154,7 @@ class Reservation:
                  else ReservationState.RELEASED)
         group = remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster,
                                          self.plan.reservation_group, drain_timeout_s=drain_timeout_s)
-        if group == GROUP_DRAINING:
+        if group is GroupOutcome.DRAINING:
             # pods outlived the drain wait: keep the zero-replica group and the state object (now terminal),
             # so that finish_release or the sidecar's garbage collection removes both once the pods are gone
             self.transition(final, "pods still terminating; the group is removed when they are gone")
@@ -171,11 +172,16 @@ class Reservation:
         return group
 
 
-GROUP_ABSENT, GROUP_DRAINING, GROUP_REMOVED = "absent", "draining", "removed"
+class GroupOutcome(enum.Enum):
+    """What taking a reservation's worker group out of the RayCluster came to (``remove_reservation_group``)."""
+
+    ABSENT = "absent"  # the group (or the cluster) was already gone, or the group is not raygpu's: nothing written
+    DRAINING = "draining"  # scaled to zero, its pods outlived the wait: the group stays until they are gone
+    REMOVED = "removed"  # its pods are gone and the group is out of the spec
 
 
 def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, group: str,
-                             drain_timeout_s: float = RELEASE_DRAIN_S) -> str:
+                             drain_timeout_s: float = RELEASE_DRAIN_S) -> GroupOutcome:
     """Take worker group ``group`` out of the RayCluster, its pods first; re-read on every conflict.
 
     KubeRay never deletes the pods of a group that left the spec, so this
@@ -183,11 +189,11 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
     (KubeRay deletes them), (2) waits up to ``drain_timeout_s`` (0: just looks)
     for them to go, (3) removes the group once they have. Each write is a JSON
     patch that tests the resourceVersion and the group's name first. Returns
-    ``"removed"``; ``"absent"`` when the group (or the cluster) was already
-    gone; ``"draining"`` when pods are still there at the deadline: the group
-    stays, at zero replicas, so that no pod is left without an owner group,
-    and calling again later finishes the job. A group whose pod template lacks
-    ``raygpu.io/reservation=<group>`` is not raygpu's: never written, ``"absent"``.
+    ``GroupOutcome.REMOVED``; ``ABSENT`` when the group (or the cluster) was
+    already gone; ``DRAINING`` when pods are still there at the deadline: the
+    group stays, at zero replicas, so that no pod is left without an owner
+    group, and calling again later finishes the job. A group whose pod template
+    lacks ``raygpu.io/reservation=<group>`` is not raygpu's: never written, ``ABSENT``.
     """
     def patch(build) -> bool:
         for _ in range(MAX_REPLANS):
@@ -224,30 +230,29 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
                 {"op": "add", "path": f"/spec/workerGroupSpecs/{idx}/minReplicas", "value": 0},
                 *set_workers_to_delete(idx, pods)]
     if not patch(scale_to_zero):
-        return GROUP_ABSENT
+        return GroupOutcome.ABSENT
     deadline = time.monotonic() + drain_timeout_s
     while any(True for p in kube.ray_pods(namespace, cluster) if p.ray_group == group):
         if time.monotonic() >= deadline:
-            return GROUP_DRAINING
+            return GroupOutcome.DRAINING
         time.sleep(0.5)
-    return GROUP_REMOVED if patch(lambda idx, view: remove_worker_group(idx, group)) else GROUP_ABSENT
+    return GroupOutcome.REMOVED if patch(lambda idx, view: remove_worker_group(idx, group)) else GroupOutcome.ABSENT
 
 
 def finish_release(kube: KubeAdapter, namespace: str, cluster: str, reservation: str, group: str,
-                   drain_timeout_s: float = 0.0, uid: str | None = None) -> tuple[str, bool]:
+                   drain_timeout_s: float = 0.0, uid: str | None = None) -> tuple[GroupOutcome, bool]:
     """Finish releasing reservation ``reservation`` (its state ConfigMap) whose worker group is ``group``.
 
     Scales the group to zero (KubeRay deletes the pods), waits up to
     ``drain_timeout_s`` (0: never blocks) for them to go, then removes the
     group and deletes the state ConfigMap; the backend's gang objects are
     owned by the ConfigMap, so Kubernetes' garbage collector deletes them.
-    Idempotent. Returns (``"removed"``, ``"absent"`` or ``"draining"``,
-    ConfigMap deleted); while draining the ConfigMap stays, so that calling
+    Idempotent. Returns (the group's ``GroupOutcome``, ConfigMap deleted); while draining the ConfigMap stays, so that calling
     again finishes the job. ``uid``: the ConfigMap is deleted only if it is
     still the object of that uid (a precondition). Raises RayGpuError on failure.
     """
     outcome = remove_reservation_group(kube, namespace, cluster, group, drain_timeout_s=drain_timeout_s)
-    if outcome == GROUP_DRAINING:
+    if outcome is GroupOutcome.DRAINING:
         return outcome, False
     return outcome, kube.delete("v1", "ConfigMap", reservation, namespace, uid=uid)
 
@@ -375,4 +380,4 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["Reservation", "reserve", "gang_request", "plan_placement_group", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "EXIT_DRAIN_S", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]
+__all__ = ["Reservation", "reserve", "gang_request", "plan_placement_group", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "EXIT_DRAIN_S", "GroupOutcome", "list_reservations", "load_plan", "json"]

@@ -14,7 +14,7 @@ import pytest
 from raygpu.errors import PermanentError, TransientError
 from raygpu.gang import api
 from raygpu.gang.api import GangPlacementGroup, RayCalls
-from raygpu.gang.reservation import reserve
+from raygpu.gang.reservation import GroupOutcome, reserve
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP, ANNOTATION_REQUEST_ID, \
     ANNOTATION_RESERVATION_STATE, \
@@ -292,7 +292,7 @@ def test_release_with_a_failure_after_a_drained_release_still_removes_the_group_
     w.bound()
     w.kube.kuberay = False  # the pods outlive the drain wait
     rsv = w.pg.reservation
-    assert rsv.release(drain_timeout_s=0) == "draining" and rsv.state == S.RELEASED
+    assert rsv.release(drain_timeout_s=0) is GroupOutcome.DRAINING and rsv.state == S.RELEASED
     w.kube.extra_pods = []
     rsv.release(failed="driver exited")
     assert w.released()
