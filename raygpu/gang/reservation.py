@@ -317,10 +317,11 @@ def act_reserve(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePlan,
     except BaseException:
         _undo_lost_create(kube, gang.namespace, gang.gang_name, snap.request_id)
         raise
-    state_uid = cm["metadata"]["uid"]
+    state_uid = ""
     created: list[tuple[str, str, str, str]] = []
     rsv: Reservation | None = None
     try:
+        state_uid = cm["metadata"]["uid"]
         # gang objects before the pods exist, so the first pod already finds its group
         for obj in plan.gang_objects_owned_by(state_uid):
             made = kube.create(obj)
