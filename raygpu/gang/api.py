@@ -51,7 +51,7 @@ from raygpu.errors import NotFoundError, PermanentError
 from raygpu.gang.backfill import Backfill
 from raygpu.gang.guard import Guard
 from raygpu.gang.requests import gang_request
-from raygpu.gang.reservation import EXIT_DRAIN_S, GROUP_DRAINING, RELEASE_DRAIN_S, Reservation, reserve
+from raygpu.gang.reservation import EXIT_DRAIN_S, RELEASE_DRAIN_S, GroupOutcome, Reservation, reserve
 from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.labels import LABEL_RESERVATION
 
@@ -349,7 +349,7 @@ class GangPlacementGroup:
         if self.guard is not None:  # its blockers also go with the state ConfigMap (ownerReference)
             _attempt(self._progress, "ending the guard", lambda: self.guard.release(failure or "released"))
         result = "done"
-        if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) == GROUP_DRAINING:
+        if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) is GroupOutcome.DRAINING:
             result = "draining"
         self._release_complete = True
         self._progress(f"reservation {self.plan.reservation_group} "

@@ -17,7 +17,7 @@ gated so that the guard can place it whole, which a backfill could not.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, ForbiddenError
@@ -25,6 +25,9 @@ from raygpu.gang.guard import GUARD_EVERY_S, read_lease
 from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.labels import BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION, dns_label
 from raygpu.plan.backfill import decide_backfill
+
+if TYPE_CHECKING:
+    from raygpu.gang.reservation import Reservation
 
 
 class Backfill:
@@ -42,13 +45,14 @@ class Backfill:
         self._last_step = float("-inf")
 
     @classmethod
-    def of(cls, rsv: Any, clock: Callable[[], float], progress: Callable[[str], None],
+    def of(cls, rsv: Reservation, clock: Callable[[], float], progress: Callable[[str], None],
            wall: Callable[[], float] = time.time) -> "Backfill | None":
-        """The backfill of reservation ``rsv``; None when it is guarded or has no runtime hint."""
-        hint = rsv.request.expected_runtime_s
-        if rsv.guard is not None or hint is None or not rsv.scope_lease:
+        """The backfill of reservation ``rsv`` (by its wiring, fixed when it was planned); None when it is
+        guarded, has no runtime hint or may not backfill (no scope Lease in its wiring)."""
+        hint, wiring = rsv.request.expected_runtime_s, rsv.wiring
+        if wiring.guard is not None or hint is None or not wiring.scope_lease:
             return None
-        return cls(rsv.kube, rsv.plan, rsv.scope_lease, hint, clock=clock, wall=wall, progress=progress)
+        return cls(rsv.kube, rsv.plan, wiring.scope_lease, hint, clock=clock, wall=wall, progress=progress)
 
     def step(self, state: ReservationState) -> None:
         """One step (a no-op sooner than ``GUARD_EVERY_S`` after the last). Past ``reserved`` it ends: the

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from raygpu.adapters.kube import KubeAdapter
     from raygpu.errors import RayGpuError
-    from raygpu.gang.reservation import GROUP_DRAINING, finish_release
+    from raygpu.gang.reservation import GroupOutcome, finish_release
     from raygpu.model.labels import ANNOTATION_RESERVATION_STATE, LABEL_CLUSTER, LABEL_RESERVATION, dns_label
 
     t0 = time.monotonic()
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except RayGpuError as e:
         return _say(2, "error", args, reason=str(e))
     took_s = round(time.monotonic() - t0, 1)
-    if outcome == GROUP_DRAINING:
+    if outcome is GroupOutcome.DRAINING:
         return _say(1, "draining", args, group=group, took_s=took_s)
-    return _say(0, "finished", args, group=group, group_outcome=outcome, configmap_deleted=deleted, took_s=took_s)
+    return _say(0, "finished", args, group=group, group_outcome=outcome.value, configmap_deleted=deleted, took_s=took_s)
 
 
 def spawn(namespace: str, cluster: str, reservation: str, kubeconfig: str | None = None) -> str:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import ConflictError, RayGpuError
@@ -48,6 +48,9 @@ from raygpu.model.views import K8sPodView
 from raygpu.plan.backfill import estimated_start_s
 from raygpu.plan.gang.shapes import free_nodes
 from raygpu.plan.guard import LeaseAction, blocker_units, choose_nodes, decide_lease, need_by_node, plan_hold
+
+if TYPE_CHECKING:
+    from raygpu.gang.reservation import Reservation
 
 GUARD_EVERY_S = 2.0  # the guard's step (the watchdog's is 0.5 s): a few reads per step
 LEASE = ("coordination.k8s.io/v1", "Lease")
@@ -104,13 +107,15 @@ class Guard:
         self._last_renew = float("-inf")
 
     @classmethod
-    def of(cls, rsv: Any, clock: Callable[[], float], progress: Callable[[str], None],
+    def of(cls, rsv: Reservation, clock: Callable[[], float], progress: Callable[[str], None],
            wall: Callable[[], float] = time.time) -> "Guard | None":
-        """The guard of reservation ``rsv`` (a gang.reservation.Reservation), None when it is not guarded."""
-        if rsv.guard is None:
+        """The guard of reservation ``rsv`` (by its wiring, fixed when it was planned), None when it is not
+        guarded."""
+        wiring = rsv.wiring
+        if wiring.guard is None:
             return None
-        return cls(rsv.kube, rsv.plan, rsv.guard, state_uid=rsv.state_uid, cluster_uid=rsv.cluster_uid,
-                   template_spec=rsv.template_spec, clock=clock, progress=progress, wall=wall)
+        return cls(rsv.kube, rsv.plan, wiring.guard, state_uid=rsv.state_uid, cluster_uid=wiring.cluster_uid,
+                   template_spec=wiring.template_spec, clock=clock, progress=progress, wall=wall)
 
     # ------------------------------------------------------------------ step
     def step(self, state: ReservationState) -> None:

@@ -7,6 +7,10 @@ whose annotation ``raygpu.io/reservation-state`` walks the table in
 ``raygpu.model.gang.ALLOWED_TRANSITIONS``. Gang objects (PodGroups) are owned
 by that ConfigMap, so deleting it lets the garbage collector take them.
 
+``reserve`` reads as the sidecar's cycle does: ``observe_reserve`` does every read into one frozen
+``ReserveSnapshot``; ``plan_reserve`` (pure, plan/gang/reserve.py) decides and lays out every write;
+``act_reserve`` makes them in order and builds the ``Reservation`` with its guard wiring.
+
 Promises: ``reserve`` changes the RayCluster with exactly one JSON patch that
 tests ``metadata.resourceVersion`` first; a conflict re-reads the cluster and
 re-plans (at most ``MAX_REPLANS`` times), it never overwrites. ``release`` is
@@ -15,7 +19,7 @@ idempotent and leaves no worker group, gang object or state ConfigMap behind.
 
 from __future__ import annotations
 
-import json
+import enum
 import threading
 import time
 import uuid
@@ -23,24 +27,22 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.errors import ConflictError, PermanentError
+from raygpu.errors import ConflictError, PermanentError, RayGpuError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
-from raygpu.gang.free import free_now
-from raygpu.gang.guard_setup import backfill_allowed, guard_policy_for, wire_guard, wire_hint
-from raygpu.gang.requests import gang_request, list_reservations, load_plan, plan_placement_group  # noqa: F401
+from raygpu.gang.free import can_i, free_now
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.guard import GuardPolicy, parse_guard_policy
+from raygpu.model.guard import GuardPolicy, GuardWiring, parse_guard_policy
 from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
-from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_EXPECTED_RUNTIME, ANNOTATION_GATED, ANNOTATION_HEARTBEAT,
-                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_REQUEST_ID,
-                                 ANNOTATION_RESERVATION_STATE,
-                                 KEY_GUARD_SCOPE, LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
+from raygpu.model.labels import (ANNOTATION_GATED, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
+                                 ANNOTATION_REQUEST_ID, ANNOTATION_RESERVATION_STATE, LABEL_RESERVATION,
+                                 PRIORITY_CLASS_BLOCKER)
+from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sPodView
-from raygpu.plan.gang.reservation import plan_gang
-from raygpu.plan.common.patch import (add_worker_group, raycluster_patch, remove_worker_group, set_replicas,
-                               set_workers_to_delete)
+from raygpu.plan.common.patch import raycluster_patch, remove_worker_group, set_replicas, set_workers_to_delete
+from raygpu.plan.gang.reserve import (ReservePlan, ReserveSnapshot, backfill_applies, chosen_backend, is_guarded,
+                                      plan_reserve, replan_reserve)
 
 MAX_REPLANS = 5
 RELEASE_DRAIN_S = 60.0  # how long a release waits for the reservation's pods to go
@@ -56,11 +58,9 @@ class Reservation:
     request: GangRequest
     state: ReservationState = ReservationState.PLANNED
     history: list[str] = field(default_factory=list)
-    guard: "GuardPolicy | None" = None  # set on a guarded reservation (gang/guard.py), with the uids it proves by
-    scope_lease: str = ""  # the guard scope's Lease (raygpu-guard-<scope>): an unguarded hinted gang backfills by it
-    state_uid: str = ""
-    cluster_uid: str = ""
-    template_spec: dict = field(default_factory=dict)  # the reserved pods' spec, as patched in
+    # the starvation guard's and backfill's wiring, fixed when reserve planned it (plan/gang/reserve.py)
+    wiring: GuardWiring = field(default_factory=GuardWiring)
+    state_uid: str = ""  # the state ConfigMap's uid (the guard's blockers are owned by it)
     # the gang objects this reservation created: (apiVersion, kind, name, uid); a release deletes exactly these
     created: list[tuple[str, str, str, str]] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
@@ -135,14 +135,14 @@ class Reservation:
         self.kube.merge_patch(api, kind, name, ns, {"metadata": {"annotations": {ANNOTATION_PLACEMENT_GROUP: pg_id}}})
 
     # --------------------------------------------------------------- release
-    def release(self, failed: str | None = None, drain_timeout_s: float = RELEASE_DRAIN_S) -> str:
+    def release(self, failed: str | None = None, drain_timeout_s: float = RELEASE_DRAIN_S) -> GroupOutcome:
         """Remove the worker group, the gang objects and the state ConfigMap. Idempotent.
 
         ``failed`` (a reason) walks FAILED -> ROLLED_BACK instead of RELEASED
         (a reservation already released keeps that end). A call that raises
         has changed no state it did not also write, so calling again finishes
         the job. Waits up to ``drain_timeout_s`` for the group's pods to go. Returns
-        ``GROUP_DRAINING`` when they outlived the wait: the state is then
+        ``GroupOutcome.DRAINING`` when they outlived the wait: the state is then
         terminal and the zero-replica group and the state ConfigMap stay for
         ``finish_release`` (or the sidecar's garbage collection) to remove.
         """
@@ -153,7 +153,7 @@ class Reservation:
                  else ReservationState.RELEASED)
         group = remove_reservation_group(self.kube, self.plan.namespace, self.plan.cluster,
                                          self.plan.reservation_group, drain_timeout_s=drain_timeout_s)
-        if group == GROUP_DRAINING:
+        if group is GroupOutcome.DRAINING:
             # pods outlived the drain wait: keep the zero-replica group and the state object (now terminal),
             # so that finish_release or the sidecar's garbage collection removes both once the pods are gone
             self.transition(final, "pods still terminating; the group is removed when they are gone")
@@ -171,11 +171,16 @@ class Reservation:
         return group
 
 
-GROUP_ABSENT, GROUP_DRAINING, GROUP_REMOVED = "absent", "draining", "removed"
+class GroupOutcome(enum.Enum):
+    """What taking a reservation's worker group out of the RayCluster came to (``remove_reservation_group``)."""
+
+    ABSENT = "absent"  # the group (or the cluster) was already gone, or the group is not raygpu's: nothing written
+    DRAINING = "draining"  # scaled to zero, its pods outlived the wait: the group stays until they are gone
+    REMOVED = "removed"  # its pods are gone and the group is out of the spec
 
 
 def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, group: str,
-                             drain_timeout_s: float = RELEASE_DRAIN_S) -> str:
+                             drain_timeout_s: float = RELEASE_DRAIN_S) -> GroupOutcome:
     """Take worker group ``group`` out of the RayCluster, its pods first; re-read on every conflict.
 
     KubeRay never deletes the pods of a group that left the spec, so this
@@ -183,11 +188,11 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
     (KubeRay deletes them), (2) waits up to ``drain_timeout_s`` (0: just looks)
     for them to go, (3) removes the group once they have. Each write is a JSON
     patch that tests the resourceVersion and the group's name first. Returns
-    ``"removed"``; ``"absent"`` when the group (or the cluster) was already
-    gone; ``"draining"`` when pods are still there at the deadline: the group
-    stays, at zero replicas, so that no pod is left without an owner group,
-    and calling again later finishes the job. A group whose pod template lacks
-    ``raygpu.io/reservation=<group>`` is not raygpu's: never written, ``"absent"``.
+    ``GroupOutcome.REMOVED``; ``ABSENT`` when the group (or the cluster) was
+    already gone; ``DRAINING`` when pods are still there at the deadline: the
+    group stays, at zero replicas, so that no pod is left without an owner
+    group, and calling again later finishes the job. A group whose pod template
+    lacks ``raygpu.io/reservation=<group>`` is not raygpu's: never written, ``ABSENT``.
     """
     def patch(build) -> bool:
         for _ in range(MAX_REPLANS):
@@ -224,30 +229,29 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
                 {"op": "add", "path": f"/spec/workerGroupSpecs/{idx}/minReplicas", "value": 0},
                 *set_workers_to_delete(idx, pods)]
     if not patch(scale_to_zero):
-        return GROUP_ABSENT
+        return GroupOutcome.ABSENT
     deadline = time.monotonic() + drain_timeout_s
     while any(True for p in kube.ray_pods(namespace, cluster) if p.ray_group == group):
         if time.monotonic() >= deadline:
-            return GROUP_DRAINING
+            return GroupOutcome.DRAINING
         time.sleep(0.5)
-    return GROUP_REMOVED if patch(lambda idx, view: remove_worker_group(idx, group)) else GROUP_ABSENT
+    return GroupOutcome.REMOVED if patch(lambda idx, view: remove_worker_group(idx, group)) else GroupOutcome.ABSENT
 
 
 def finish_release(kube: KubeAdapter, namespace: str, cluster: str, reservation: str, group: str,
-                   drain_timeout_s: float = 0.0, uid: str | None = None) -> tuple[str, bool]:
+                   drain_timeout_s: float = 0.0, uid: str | None = None) -> tuple[GroupOutcome, bool]:
     """Finish releasing reservation ``reservation`` (its state ConfigMap) whose worker group is ``group``.
 
     Scales the group to zero (KubeRay deletes the pods), waits up to
     ``drain_timeout_s`` (0: never blocks) for them to go, then removes the
     group and deletes the state ConfigMap; the backend's gang objects are
     owned by the ConfigMap, so Kubernetes' garbage collector deletes them.
-    Idempotent. Returns (``"removed"``, ``"absent"`` or ``"draining"``,
-    ConfigMap deleted); while draining the ConfigMap stays, so that calling
+    Idempotent. Returns (the group's ``GroupOutcome``, ConfigMap deleted); while draining the ConfigMap stays, so that calling
     again finishes the job. ``uid``: the ConfigMap is deleted only if it is
     still the object of that uid (a precondition). Raises RayGpuError on failure.
     """
     outcome = remove_reservation_group(kube, namespace, cluster, group, drain_timeout_s=drain_timeout_s)
-    if outcome == GROUP_DRAINING:
+    if outcome is GroupOutcome.DRAINING:
         return outcome, False
     return outcome, kube.delete("v1", "ConfigMap", reservation, namespace, uid=uid)
 
@@ -256,106 +260,138 @@ def reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
             progress: Callable[[str], None] = lambda m: None) -> Reservation:
     """Plan and reserve ``request``: state ConfigMap, gang objects, one RayCluster patch.
 
-    Raises InfeasibleError / PermanentError before anything is created when the
-    request cannot be planned; on any later failure everything created is
-    deleted before the error propagates.
+    ``observe_reserve`` (every read) -> ``plan_reserve`` (pure, plan/gang/reserve.py) -> ``act_reserve``
+    (the writes). Raises InfeasibleError / PermanentError before anything is created when the request
+    cannot be planned; on any later failure everything created is deleted before the error propagates.
     """
-    # 1. read and plan (raises before any write)
-    raw = kube.raw_raycluster(request.namespace, request.cluster)
-    from raygpu.model.raycluster import RayClusterView
-    view = RayClusterView.from_k8s(raw)
+    snap = observe_reserve(kube, request, now_s, progress)
+    plan = plan_reserve(snap)
+    progress(f"plan: {plan.gang.reason}")
+    return act_reserve(kube, snap, plan, progress)
+
+
+def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
+                    progress: Callable[[str], None] = lambda m: None) -> ReserveSnapshot:
+    """Every read ``reserve`` makes, once, before anything is decided or written.
+
+    The RayCluster and its annotations (a bad value is said through ``progress``, the guard's also as a
+    Warning Event ``InvalidAnnotation`` on the RayCluster, best effort, and its default used); the free
+    capacity each template's pods could bind now (``free_now``: only if this identity may list nodes and
+    pods); whether raygpu's blocker PriorityClass exists (a guarded gang on backend ``none``); whether this
+    identity may backfill (an unguarded gang with a runtime hint); which ``scheduling.k8s.io`` version the
+    server serves (backend ``workload``: API discovery). Raises what a read raises (NotFoundError: no such
+    RayCluster) and PermanentError when the server serves no Workload API this backend can use.
+    """
+    view = RayClusterView.from_k8s(kube.raw_raycluster(request.namespace, request.cluster))
     policy, problems = parse_cluster_policy(view.annotations)
     for pr in problems:
         progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
     free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
-    plan = plan_gang(request, view, policy, free)
-    guard = guard_policy_for(kube, request.guard, view.annotations, plan, view.uid, progress)  # raises before writes
-    backfill = (guard is None and request.expected_runtime_s is not None
-                and backfill_allowed(kube, plan.namespace, progress))  # gang/backfill.py
-    if view.group(plan.reservation_group) is not None:
-        raise PermanentError(f"a reservation named {request.name!r} already exists on {request.namespace}/"
-                             f"{request.cluster} (worker group {plan.reservation_group}); pick another name")
-    progress(f"plan: {plan.reason}")
-    rsv = Reservation(kube, plan, request)
-    # backend workload: which scheduling.k8s.io version the server serves, asked before any write (a server
-    # without the Workload API gets a PermanentError naming it, and nothing is created)
-    backend = get_backend(plan.backend, served=kube.api_group_kinds(WORKLOAD_GROUP)
-                          if plan.backend is Backend.WORKLOAD else None)
-    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name, "uid": view.uid,
-             "blockOwnerDeletion": False}
-    # 2. the state object, owned by the RayCluster
-    labels = {LABEL_RESERVATION: plan.reservation_group, LABEL_CLUSTER: dns_label(plan.cluster)}
-    if request.owner_job:
-        labels[LABEL_OWNER_JOB] = dns_label(request.owner_job)
-    if guard is not None:
-        labels[KEY_GUARD_SCOPE] = guard.scope_for(plan.namespace)
-    request_id = uuid.uuid4().hex
+    guard_policy = _guard_policy(kube, view, progress)
+    backend = chosen_backend(request, policy)
+    blocker_class = (kube.get("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_BLOCKER) is not None
+                     if is_guarded(request, guard_policy) and backend is Backend.NONE else None)
+    may_backfill = backfill_applies(request, guard_policy) and _may_backfill(kube, request.namespace, progress)
+    builder = get_backend(backend, served=kube.api_group_kinds(WORKLOAD_GROUP) if backend is Backend.WORKLOAD
+                          else None)  # a server without the Workload API: PermanentError naming it
+    return ReserveSnapshot(request=request, cluster=view, policy=policy, free=free, guard_policy=guard_policy,
+                           backend=builder, now_s=now_s, request_id=uuid.uuid4().hex, blocker_class=blocker_class,
+                           may_backfill=may_backfill)
+
+
+def act_reserve(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePlan,
+                progress: Callable[[str], None] = lambda m: None) -> Reservation:
+    """Make ``plan``'s writes in order and return the reservation, ``RESERVED``.
+
+    (1) The state ConfigMap: if its create fails, one that landed anyway (the answer was lost) is deleted,
+    only if it carries this call's request id. (2) The gang objects, owned by it; a field the server dropped
+    fails the reservation (``check_created``). (3) The RayCluster patch; a conflict re-reads the cluster and
+    ``replan_reserve`` lays the patch out again (at most ``MAX_REPLANS`` tries), never an overwrite. Any
+    failure from (2) on releases what was created (the Reservation's ``release``) and raises the cause.
+    """
+    gang, request = plan.gang, snap.request
     try:
-        cm = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-            "name": plan.gang_name, "namespace": plan.namespace, "labels": labels, "ownerReferences": [owner],
-            "annotations": {ANNOTATION_RESERVATION_STATE: ReservationState.PLANNED.value,
-                            ANNOTATION_PLAN_REASON: plan.reason[:1000],
-                            ANNOTATION_HEARTBEAT: f"{now_s:.0f}",
-                            ANNOTATION_DEADLINE: f"{now_s + request.timeout_s:.0f}",
-                            ANNOTATION_REQUEST_ID: request_id,
-                            **({ANNOTATION_EXPECTED_RUNTIME: f"{request.expected_runtime_s:g}"}
-                               if request.expected_runtime_s else {})}},
-            "data": {"plan.json": plan.model_dump_json(), "history": "planned"}})
+        cm = kube.create(plan.state_configmap)
     except BaseException:
-        _undo_lost_create(kube, plan.namespace, plan.gang_name, request_id)
+        _undo_lost_create(kube, gang.namespace, gang.gang_name, snap.request_id)
         raise
-    rsv.history.append("planned")
+    state_uid = ""
+    created: list[tuple[str, str, str, str]] = []
+    rsv: Reservation | None = None
     try:
-        cm_owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": plan.gang_name,
-                    "uid": cm["metadata"]["uid"], "blockOwnerDeletion": False}
-        # 3. gang objects before the pods exist, so the first pod already finds its group
-        for obj in backend.gang_objects(plan, request, cm_owner):
+        state_uid = cm["metadata"]["uid"]
+        # gang objects before the pods exist, so the first pod already finds its group
+        for obj in plan.gang_objects_owned_by(state_uid):
             made = kube.create(obj)
-            rsv.created.append((obj["apiVersion"], obj["kind"], obj["metadata"]["name"], made["metadata"]["uid"]))
-            backend.check_created(obj, made)  # a field the server dropped (a gated topology) fails here, rolled back
-        # 4. one tested patch; a conflict re-reads and re-plans
-        for attempt in range(MAX_REPLANS):
-            group = view.group(plan.need.template_group)
-            assert group is not None  # the planner chose it from this view
-            spec = backend.worker_group_spec(plan, group, request)
-            if guard is not None:
-                wire_guard(spec)
-            wire_hint(spec, request.expected_runtime_s, gate=backfill)
-            try:
-                kube.patch_raycluster(plan.namespace, plan.cluster,
-                                      raycluster_patch(view.resource_version, add_worker_group(spec)))
-                break
-            except ConflictError:
-                progress(f"RayCluster changed under us (attempt {attempt + 1}); re-reading and re-planning")
-                view = kube.get_raycluster(request.namespace, request.cluster)
-                landed = view.group(plan.reservation_group)
-                if landed is not None and is_reservation_group(landed):
-                    # our patch landed and its answer was lost: the group name is ours alone (the state
-                    # ConfigMap of that name, created just before, would have refused a second driver)
-                    break
-                new_plan = plan_gang(request, view, policy, free)
-                if new_plan.need != plan.need:
-                    raise PermanentError("the cluster's templates changed while reserving; retry the request")
-        else:
-            raise ConflictError(f"{MAX_REPLANS} conflicting writes in a row on {plan.namespace}/{plan.cluster}")
-        rsv.transition(ReservationState.RESERVED, f"worker group {plan.reservation_group} x{plan.pod_count}")
-        if guard is not None:
-            rsv.guard, rsv.state_uid, rsv.cluster_uid = guard, cm["metadata"]["uid"], view.uid
-            rsv.template_spec = spec["template"].get("spec") or {}
-        if backfill:
-            rsv.scope_lease = parse_guard_policy(view.annotations)[0].lease_name(plan.namespace)
+            created.append((obj["apiVersion"], obj["kind"], obj["metadata"]["name"], made["metadata"]["uid"]))
+            snap.backend.check_created(obj, made)  # a field the server dropped (a gated topology) fails here
+        plan = _patch_raycluster(kube, snap, plan, progress)
+        rsv = Reservation(kube, gang, request, history=[ReservationState.PLANNED.value], wiring=plan.wiring,
+                          state_uid=state_uid, created=created)
+        rsv.transition(ReservationState.RESERVED, f"worker group {gang.reservation_group} x{gang.pod_count}")
         return rsv
     except BaseException as e:
-        # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC
-        try:
-            rsv.release(failed=f"reserve failed: {e!r}" if isinstance(e, KeyboardInterrupt) else f"reserve failed: {e}",
-                        drain_timeout_s=EXIT_DRAIN_S if isinstance(e, KeyboardInterrupt) else RELEASE_DRAIN_S)
-        except Exception as cleanup:  # noqa: BLE001 - the caller needs the cause, not the cleanup's error
-            said = (f"undoing the failed reservation also failed ({cleanup}); what is left is released by the "
-                    "sidecar's garbage collection")
-            progress(said)
-            e.add_note(said)
+        # what a release needs: the state ConfigMap, the worker group (by name) and the objects created
+        _roll_back(rsv or Reservation(kube, gang, request, history=[ReservationState.PLANNED.value],
+                                      state_uid=state_uid, created=created), e, progress)
         raise
+
+
+def _patch_raycluster(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePlan,
+                      progress: Callable[[str], None]) -> ReservePlan:
+    """Send ``plan.patch``; on a conflict re-read the RayCluster and re-plan (``replan_reserve``), at most
+    ``MAX_REPLANS`` patches. Returns the plan whose patch landed; raises ConflictError past the last."""
+    ns, cluster = plan.gang.namespace, plan.gang.cluster
+    for attempt in range(MAX_REPLANS):
+        try:
+            kube.patch_raycluster(ns, cluster, list(plan.patch))
+            return plan
+        except ConflictError:
+            progress(f"RayCluster changed under us (attempt {attempt + 1}); re-reading and re-planning")
+            replanned = replan_reserve(snap, plan, kube.get_raycluster(snap.request.namespace, snap.request.cluster))
+            if replanned is None:
+                return plan  # our patch landed and its answer was lost
+            plan = replanned
+    raise ConflictError(f"{MAX_REPLANS} conflicting writes in a row on {ns}/{cluster}")
+
+
+def _roll_back(rsv: Reservation, cause: BaseException, progress: Callable[[str], None]) -> None:
+    """Release what a failed ``act_reserve`` created; a release that fails too is said and noted on ``cause``."""
+    interrupted = isinstance(cause, KeyboardInterrupt)
+    # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC
+    try:
+        rsv.release(failed=f"reserve failed: {cause!r}" if interrupted else f"reserve failed: {cause}",
+                    drain_timeout_s=EXIT_DRAIN_S if interrupted else RELEASE_DRAIN_S)
+    except Exception as cleanup:  # noqa: BLE001 - the caller needs the cause, not the cleanup's error
+        said = (f"undoing the failed reservation also failed ({cleanup}); what is left is released by the "
+                "sidecar's garbage collection")
+        progress(said)
+        cause.add_note(said)
+
+
+def _guard_policy(kube: KubeAdapter, view: RayClusterView, progress: Callable[[str], None]) -> GuardPolicy:
+    """The cluster's guard annotations; a bad value is said (progress, and a Warning Event ``InvalidAnnotation``
+    on the RayCluster, best effort) and its default used."""
+    policy, problems = parse_guard_policy(view.annotations)
+    for pr in problems:
+        progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
+        try:
+            kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name,
+                        "namespace": view.namespace, "uid": view.uid}, "InvalidAnnotation",
+                       f"{pr.key}={pr.value!r}: {pr.reason}; using {pr.default_used}", "Warning")
+        except RayGpuError:
+            pass  # the message above reached the driver; an Event is best effort
+    return policy
+
+
+def _may_backfill(kube: KubeAdapter, namespace: str, progress: Callable[[str], None]) -> bool:
+    """Whether this driver may backfill: get the scope's Lease and patch its own pods in ``namespace``
+    (SelfSubjectAccessReviews). Said once when not: the gang is then made as usual (gang/backfill.py)."""
+    if can_i(kube, "patch", "pods", namespace=namespace) and can_i(kube, "get", "leases", "coordination.k8s.io",
+                                                                      namespace=namespace):
+        return True
+    progress("backfill off: this identity may not patch pods or get leases in the namespace (docs/permissions.md)")
+    return False
 
 
 def _undo_lost_create(kube: KubeAdapter, namespace: str, name: str, request_id: str) -> None:
@@ -375,4 +411,5 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["Reservation", "reserve", "gang_request", "plan_placement_group", "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "EXIT_DRAIN_S", "GROUP_ABSENT", "GROUP_DRAINING", "GROUP_REMOVED", "list_reservations", "load_plan", "json"]
+__all__ = ["Reservation", "reserve", "observe_reserve", "plan_reserve", "replan_reserve", "act_reserve",
+           "remove_reservation_group", "finish_release", "RELEASE_DRAIN_S", "EXIT_DRAIN_S", "GroupOutcome"]

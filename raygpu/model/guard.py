@@ -140,3 +140,14 @@ class HoldUnit(Frozen):
 
     name: str
     node: str
+
+
+class GuardWiring(Frozen):
+    """How one reservation is wired to the starvation guard and to backfill, fixed when ``reserve`` planned it
+    (plan/gang/reserve.py) and given to the ``Reservation`` at construction; the watchdog's ``Guard.of`` and
+    ``Backfill.of`` read it. Empty (the default): neither guarded nor backfilling."""
+
+    guard: GuardPolicy | None = None  # guarded: the cluster's guard policy (enabled); None: not guarded
+    cluster_uid: str = ""  # guarded: the RayCluster's uid (the guard's Events name it)
+    template_spec: dict[str, Any] = {}  # guarded: the reserved pods' spec as patched in (nodeSelector, tolerations)
+    scope_lease: str = ""  # an unguarded gang with a runtime hint that may backfill: the scope's Lease it reads

@@ -22,7 +22,7 @@ from enum import Enum
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, PermanentError, RayGpuError
-from raygpu.gang.reservation import GROUP_ABSENT, GROUP_DRAINING, GROUP_REMOVED, remove_reservation_group
+from raygpu.gang.reservation import GroupOutcome, remove_reservation_group
 from raygpu.model.gc import GcAction, GcDecision, is_reservation_group
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPlan
@@ -92,7 +92,8 @@ class ReleaseResult:
     error: str | None = None
 
 
-def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decision: GcDecision) -> tuple[str, bool]:
+def release_reservation(kube: KubeAdapter, namespace: str, cluster: str,
+                        decision: GcDecision) -> tuple[GroupOutcome, bool]:
     """One step of releasing a reservation (action ``release``), never blocking on pods. Idempotent.
 
     Writes only what ``decision`` proved raygpu's. The group (``group_owned``):
@@ -101,18 +102,18 @@ def release_reservation(kube: KubeAdapter, namespace: str, cluster: str, decisio
     label on the RayCluster each patch is tested against. The state ConfigMap
     (``state_uid``) is then deleted by name with a uid precondition, so a
     same-named object made since is never deleted; its backend objects
-    (PodGroups) are owned by it and go with it. Returns (group outcome:
-    ``"removed"``, ``"absent"`` or ``"draining"``, ConfigMap deleted); while
+    (PodGroups) are owned by it and go with it. Returns (the group's
+    ``GroupOutcome``, ConfigMap deleted); while
     draining the ConfigMap stays so the next cycle finishes. Raises
     PermanentError for a decision without a proven ConfigMap, RayGpuError on failure.
     """
     if decision.action is not GcAction.RELEASE or not decision.state_uid:
         raise PermanentError(f"refusing to release {decision.reservation}: no proven state ConfigMap "
                              f"(action {decision.action.value})")
-    group_state = GROUP_ABSENT
+    group_state = GroupOutcome.ABSENT
     if decision.group_owned:
         group_state = remove_reservation_group(kube, namespace, cluster, decision.group, drain_timeout_s=0)
-        if group_state == GROUP_DRAINING:
+        if group_state is GroupOutcome.DRAINING:
             return group_state, False
     try:
         return group_state, kube.delete("v1", "ConfigMap", decision.reservation, namespace, uid=decision.state_uid)
@@ -159,8 +160,8 @@ def apply_release(kube: KubeAdapter, namespace: str, cluster: str, decision: GcD
         group_state, cm_deleted = release_reservation(kube, namespace, cluster, decision)
     except RayGpuError as e:
         return ReleaseResult(decision, ReleaseStatus.FAILED, error=str(e))
-    if group_state == GROUP_DRAINING:
+    if group_state is GroupOutcome.DRAINING:
         return ReleaseResult(decision, ReleaseStatus.DRAINING)
-    group_removed = group_state == GROUP_REMOVED
+    group_removed = group_state is GroupOutcome.REMOVED
     status = ReleaseStatus.RELEASED if group_removed or cm_deleted else ReleaseStatus.ALREADY_RELEASED
     return ReleaseResult(decision, status, group_removed=group_removed, configmap_deleted=cm_deleted)

@@ -85,8 +85,3 @@ def test_a_failed_read_means_not_known_not_a_failed_reservation():
     kube.fail("list", TransientError("503"), when=lambda *a: a[1] == "Node")
     rsv = reserve(kube, gang(gpus(2, 4), backend="none"), time.time(), progress=said.append)
     assert "free capacity not given" in rsv.plan.reason and any("free capacity not read (" in s for s in said)
-
-
-def test_gang_request_still_importable_from_reservation():
-    from raygpu.gang import reservation
-    assert reservation.gang_request is gang_request

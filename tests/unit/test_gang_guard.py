@@ -126,7 +126,7 @@ def test_unguarded_reservations_are_unchanged():
     kube = FakeKube(raw, kuberay=True)
     rsv = reserve(kube, gang(gpus(8, 2), backend="none"), time.time())
     spec = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
-    assert "schedulingGates" not in spec["template"]["spec"] and rsv.guard is None
+    assert "schedulingGates" not in spec["template"]["spec"] and rsv.wiring.guard is None
 
 
 def test_the_first_in_line_takes_the_lease_and_binds_a_blocker_to_each_of_the_freest_nodes():
@@ -253,7 +253,7 @@ def test_swapped_in_but_not_bound_by_max_hold_rolls_the_gang_back():
 
 def test_a_bad_max_hold_gets_an_event_and_the_default():
     world = World(annotations={"raygpu.io/max-hold": "soon"})
-    assert world.rsv.guard.max_hold_s == 900.0
+    assert world.rsv.wiring.guard.max_hold_s == 900.0
     assert [(e.reason, e.type) for e in world.kube.events] == [("InvalidAnnotation", "Warning")]
 
 

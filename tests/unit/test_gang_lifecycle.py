@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from raygpu.errors import PermanentError, TransientError
+from raygpu.errors import ConflictError, PermanentError, TransientError
 from raygpu.gang import api
 from raygpu.gang.api import GangPlacementGroup, RayCalls
-from raygpu.gang.reservation import reserve
+from raygpu.gang.reservation import GroupOutcome, reserve
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP, ANNOTATION_REQUEST_ID, \
     ANNOTATION_RESERVATION_STATE, \
@@ -292,7 +292,7 @@ def test_release_with_a_failure_after_a_drained_release_still_removes_the_group_
     w.bound()
     w.kube.kuberay = False  # the pods outlive the drain wait
     rsv = w.pg.reservation
-    assert rsv.release(drain_timeout_s=0) == "draining" and rsv.state == S.RELEASED
+    assert rsv.release(drain_timeout_s=0) is GroupOutcome.DRAINING and rsv.state == S.RELEASED
     w.kube.extra_pods = []
     rsv.release(failed="driver exited")
     assert w.released()
@@ -365,3 +365,35 @@ def test_a_state_configmap_deleted_under_a_running_gang_leaves_the_job_alone_unt
     assert any("state ConfigMap was deleted" in m and "left alone" in m for m in w.said)
     w.pg.remove()
     assert w.ray.leaked() == [] and w.released()
+
+
+def test_a_write_between_plan_and_patch_re_plans_and_the_patch_tests_the_version_read_again():
+    """Someone writes the RayCluster first: reserve re-reads it, lays the patch out again and it lands, once."""
+    kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True, conflicts=1)
+    said: list[str] = []
+    rsv = reserve(kube, gang(gpus(8, 2), backend="none", timeout_s=TIMEOUT_S), time.time(), progress=said.append)
+    assert rsv.state is S.RESERVED and any("changed under us (attempt 1)" in m for m in said)
+    assert len(kube.patches) == 1 and kube.patches[0][0]["value"] == "1002"  # the version read after the write
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "rg-job1"]
+
+
+def test_conflicts_on_every_patch_roll_back_and_raise():
+    kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True, conflicts=5)
+    with pytest.raises(ConflictError, match="5 conflicting writes"):
+        reserve(kube, gang(gpus(8, 2), backend="coscheduling", timeout_s=TIMEOUT_S), time.time())
+    assert kube.patches == [] and kube.objects == {}  # the state ConfigMap and the PodGroup are gone
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu"]
+
+
+def test_a_patch_that_landed_with_its_answer_lost_is_not_sent_again():
+    kube = FakeKube(cluster("c").worker("gpu", gpus=8).raw(), kuberay=True)
+    real_patch = kube.patch_raycluster
+
+    def lost_answer(namespace, name, patch):
+        real_patch(namespace, name, patch)
+        kube.patch_raycluster = real_patch
+        raise ConflictError("connection reset after the write (the test op failed on a retry)")
+    kube.patch_raycluster = lost_answer
+    rsv = reserve(kube, gang(gpus(8, 2), backend="none", timeout_s=TIMEOUT_S), time.time())
+    assert rsv.state is S.RESERVED and len(kube.patches) == 1
+    assert [g["groupName"] for g in kube.raw["spec"]["workerGroupSpecs"]] == ["gpu", "rg-job1"]

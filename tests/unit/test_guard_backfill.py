@@ -77,7 +77,7 @@ def test_the_hint_goes_on_the_gangs_pods_and_only_an_unguarded_hinted_gang_backf
     rsv = reserve(kube, gang(gpus(8, 2), backend="none", expected_runtime_s=90.5), time.time())
     group = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == rsv.plan.reservation_group)
     assert group["template"]["metadata"]["annotations"]["raygpu.io/expected-runtime-s"] == "90.5"
-    assert rsv.scope_lease == "raygpu-guard-default" and Backfill.of(rsv, time.monotonic, print) is not None
+    assert rsv.wiring.scope_lease == "raygpu-guard-default" and Backfill.of(rsv, time.monotonic, print) is not None
     plain = reserve(kube, gang(gpus(8, 1), name="plain", backend="none"), time.time())
     spec = next(g for g in kube.raw["spec"]["workerGroupSpecs"] if g["groupName"] == plain.plan.reservation_group)
     assert "raygpu.io/expected-runtime-s" not in (spec["template"].get("metadata") or {}).get("annotations", {})
