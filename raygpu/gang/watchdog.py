@@ -8,10 +8,11 @@ and rolls back past the deadline. Split out of gang/api.py (the handle and its r
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
-from raygpu.errors import NotFoundError
+from raygpu.errors import ForbiddenError, NotFoundError
 from raygpu.gang.ray_calls import RayDisconnected
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import LABEL_RESERVATION
@@ -19,10 +20,14 @@ from raygpu.model.labels import LABEL_RESERVATION
 HEARTBEAT_EVERY_S = 10.0
 WATCH_EVERY_S = 0.5  # the watchdog's step
 WATCH_BACKOFF_MAX_S = 4.0  # after failed writes the step doubles up to this, never more
+# A lost API access is logged as a warning too: ``progress`` is silent by default, and the driver must say it
+log = logging.getLogger(__name__)
 
 
 class Watchdog:
     """The watchdog steps of GangPlacementGroup (gang/api.py), which holds the state they use."""
+
+    _api_access_lost = False  # a heartbeat got 401/403 and the driver said so (once); reset by the next beat that lands
 
     def _reserved_ray_nodes(self) -> int:
         group = self.plan.reservation_group
@@ -130,6 +135,17 @@ class Watchdog:
             try:
                 rsv.heartbeat(time.time())
                 self._last_beat_s = self._clock()
+                if self._api_access_lost:
+                    self._api_access_lost = False
+                    self._progress(f"watchdog: the Kubernetes API accepts this driver's heartbeat of reservation "
+                                   f"{rsv.plan.reservation_group} again")
+            except ForbiddenError as e:  # token expired, RoleBinding revoked: say it once, keep beating quietly
+                if not self._api_access_lost:
+                    self._api_access_lost = True
+                    note = self._api_access_lost_note(e)
+                    log.warning(note)
+                    self._progress(note)
+                ok = False
             except NotFoundError:  # the state ConfigMap is gone: someone released it (the sidecar's GC?)
                 gone = "the reservation's state ConfigMap was deleted (by the sidecar's garbage collection?)"
                 if rsv.state != ReservationState.READY:  # waiting for nothing: roll back now, not at the deadline
@@ -142,6 +158,15 @@ class Watchdog:
                 self._progress(f"watchdog: heartbeat failed, retrying: {e}")
                 ok = False
         return "ok" if ok else "retry"
+
+    def _api_access_lost_note(self, e: ForbiddenError) -> str:
+        """What the driver says, once, when the API server refuses its heartbeat (401/403)."""
+        group = self.reservation.plan.reservation_group
+        return (f"watchdog: this driver lost access to the Kubernetes API: its heartbeat of reservation {group} "
+                f"was refused ({e}); its token expired or its RoleBinding was revoked. The gang is kept: the "
+                "sidecar's garbage collection takes Ray's word (this job alive, its placement group CREATED) over "
+                "the heartbeat, and releases the reservation once the job ends. The heartbeat is retried quietly; "
+                "remove_placement_group() needs API access again (else the sidecar releases it when the job ends).")
 
     def _record_pg(self) -> None:
         self.reservation.record_placement_group(self.placement_group.id.hex())
