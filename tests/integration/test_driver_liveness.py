@@ -28,10 +28,9 @@ from tests.integration.util import alive_ray_nodes, holds_for, ray_address, wait
 
 CLUSTER = "c"
 ACCOUNT = "raygpu-driver"
-# Above the 10 s heartbeat period; three of them fit well under a minute. On a loaded box a beating driver can
-# still read as quiet for a moment (its watchdog's Ray calls delay a beat): Ray's word keeps it then too, and
-# on the code before issue 24 this timeout released the gang on HeartbeatLost even before the revocation.
-BEAT_TIMEOUT_S = 15.0
+# The shortest the sidecar accepts (three driver heartbeats). On a loaded box a beating driver can still read as
+# quiet for a moment (its watchdog's Ray calls delay a beat): Ray's word keeps it then too.
+BEAT_TIMEOUT_S = 3 * HEARTBEAT_EVERY_S
 LOST = "lost access to the Kubernetes API"
 DRIVER = textwrap.dedent("""
     import json, os, sys, ray, raygpu
