@@ -40,6 +40,7 @@ import asyncio
 import atexit
 import functools
 import inspect
+import logging
 import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.errors import NotFoundError, PermanentError
+from raygpu.errors import ForbiddenError, NotFoundError, PermanentError
 from raygpu.gang.backfill import Backfill
 from raygpu.gang.guard import Guard
 from raygpu.gang.requests import gang_request
@@ -61,6 +62,8 @@ HEARTBEAT_EVERY_S = 10.0
 WATCH_EVERY_S = 0.5  # the watchdog's step
 WATCH_BACKOFF_MAX_S = 4.0  # after failed writes the step doubles up to this, never more
 POLL_S = 0.1  # how often an awaiting coroutine looks at the handle's state
+# A lost API access is logged as a warning too: ``progress`` is silent by default, and the driver must say it
+log = logging.getLogger(__name__)
 _LIVE: set["GangPlacementGroup"] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -383,6 +386,15 @@ def _attempt(progress: Callable[[str], None], what: str, action: Callable[[], An
 
 # ---------------------------------------------------------------- the watchdog a handle owns
 
+def _api_access_lost_note(group: str, e: ForbiddenError) -> str:
+    """What the driver says, once, when the API server refuses its heartbeat (401/403)."""
+    return (f"watchdog: this driver lost access to the Kubernetes API: its heartbeat of reservation {group} "
+            f"was refused ({e}); its token expired or its RoleBinding was revoked. The gang is kept: the "
+            "sidecar's garbage collection takes Ray's word (this job alive, its placement group CREATED) over "
+            "the heartbeat, and releases the reservation once the job ends. The heartbeat is retried quietly; "
+            "remove_placement_group() needs API access again (else the sidecar releases it when the job ends).")
+
+
 class Watchdog:
     """One thread that follows its handle's reservation until ready or released.
 
@@ -399,6 +411,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._pg_recorded = False  # the Ray PG's id is on the state ConfigMap
         self._last_beat_s = float("-inf")
+        self._api_access_lost = False  # a heartbeat got 401/403 and the driver said so (once); reset by the next beat that lands
         self.thread = threading.Thread(target=self._run, name=f"raygpu-{pg.plan.gang_name}", daemon=True)
 
     def start(self) -> None:
@@ -465,6 +478,17 @@ class Watchdog:
             try:
                 rsv.heartbeat(time.time())
                 self._last_beat_s = self._clock()
+                if self._api_access_lost:
+                    self._api_access_lost = False
+                    say(f"watchdog: the Kubernetes API accepts this driver's heartbeat of reservation "
+                        f"{rsv.plan.reservation_group} again")
+            except ForbiddenError as e:  # token expired, RoleBinding revoked: say it once, keep beating quietly
+                if not self._api_access_lost:
+                    self._api_access_lost = True
+                    note = _api_access_lost_note(rsv.plan.reservation_group, e)
+                    log.warning(note)
+                    say(note)
+                ok = False
             except NotFoundError:  # the state ConfigMap is gone: someone released it (the sidecar's GC?)
                 gone = "the reservation's state ConfigMap was deleted (by the sidecar's garbage collection?)"
                 if rsv.state != ReservationState.READY:  # waiting for nothing: roll back now, not at the deadline

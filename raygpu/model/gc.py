@@ -137,8 +137,8 @@ class GcAction(str, Enum):
 
 
 class GcReason(str, Enum):
-    """Why a reservation is released or kept. LIVE and UNPROVEN only keep; STATE_LOST keeps a group already at
-    zero replicas. The release reasons are checked in the order listed."""
+    """Why a reservation is released or kept. LIVE, RAY_SAYS_ALIVE and UNPROVEN only keep; STATE_LOST keeps a
+    group already at zero replicas. The release reasons are checked in the order listed."""
 
     TERMINAL = "Terminal"  # state released / rolled_back: only leftovers remain
     FAILED = "Failed"  # state failed: the rollback never finished (its driver died during it)
@@ -148,6 +148,9 @@ class GcReason(str, Enum):
     DEADLINE_MISSED = "DeadlineMissed"  # not ready long after its deadline (the watchdog never rolled back)
     STATE_LOST = "StateLost"  # a proven reservation group whose proven state ConfigMap went: scaled to zero only
     LIVE = "Live"  # kept: alive, or waiting before it may be judged (StateLost is kept too once at zero)
+    # kept: its heartbeat is stale, but Ray says its job lives (job alive, or its PG held in Ray's table); a driver
+    # that lost API access (expired token, revoked RoleBinding, partition from the API server) keeps its gang
+    RAY_SAYS_ALIVE = "RaySaysAlive"
     UNPROVEN = "Unproven"  # kept: not provably raygpu's (or its loss not provable), never touched
 
 

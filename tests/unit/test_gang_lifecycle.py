@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from raygpu.errors import ConflictError, PermanentError, TransientError
+from raygpu.errors import ConflictError, ForbiddenError, PermanentError, TransientError
 from raygpu.gang import api
 from raygpu.gang.api import GangPlacementGroup, RayCalls
 from raygpu.gang.reservation import GroupOutcome, reserve
@@ -350,6 +350,32 @@ def test_a_state_configmap_deleted_under_a_waiting_gang_rolls_it_back_at_once():
     assert w.pg.wait(0) is False and w.ray.leaked() == [] and w.released()
     with pytest.raises(PermanentError, match="state ConfigMap was deleted"):
         call_bounded(w.pg.ready, 2.0)
+
+
+def test_a_driver_that_loses_api_access_says_so_once_and_keeps_its_running_gang(caplog):
+    """Issue 24 item 1: the API server refuses the heartbeat (token expired, RoleBinding revoked). The driver says
+    so once, clearly (progress and a warning), keeps its gang and placement group, beats on quietly, and says
+    so again once a heartbeat lands."""
+    w = World()
+    w.bound()
+    w.nodes_joined()
+    w.pg.watchdog.step()
+    assert w.pg.state == S.READY
+    w.kube.fail("merge_patch", ForbiddenError("patch ConfigMap default/c-rg-job1: forbidden (401): Unauthorized"),
+                times=10, when=writes(ANNOTATION_HEARTBEAT))
+    before = len(w.said)
+    with caplog.at_level("WARNING", logger="raygpu.gang.api"):
+        for _ in range(10):  # 10 heartbeat periods refused
+            w.clock.now_s += api.HEARTBEAT_EVERY_S + 1
+            assert w.pg.watchdog.step() == "retry"
+    lost = [m for m in w.said[before:] if "lost access to the Kubernetes API" in m]
+    assert len(lost) == 1 and w.said[before:] == lost, w.said[before:]
+    assert "401" in lost[0] and "kept" in lost[0] and w.group in lost[0]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == lost
+    assert w.ray.removed == [] and not w.released() and w.pg.wait(0) is True and w.pg.state == S.READY
+    w.clock.now_s += api.HEARTBEAT_EVERY_S + 1  # the 10 refusals are spent: access is back
+    assert w.pg.watchdog.step() == "ok"
+    assert "accepts this driver's heartbeat" in w.said[-1] and len(w.said) == before + 2
 
 
 def test_a_state_configmap_deleted_under_a_running_gang_leaves_the_job_alone_until_remove():

@@ -7,13 +7,14 @@ Every accepted write bumps the resourceVersion; a failed ``test`` rejects the wh
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 
 from raygpu.adapters.kube_watch import CacheView
 from raygpu.errors import PermanentError, TransientError
 from raygpu.model.gc import ReservationRecord
-from raygpu.model.labels import LABEL_CLUSTER, LABEL_RESERVATION
+from raygpu.model.labels import LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import PgState, PlacementGroupView, RayView
 from raygpu.reclaim.loop import CycleOutcome, Reclaimer, SidecarConfig, problem_reporter
@@ -157,6 +158,8 @@ def test_ray_unreachable_deletes_nothing():
 
 RC_UID = RECORDED["metadata"]["uid"]
 A_PG = [PlacementGroupView(pg_id="aa", state=PgState.CREATED)]
+# Ray cannot be read: the heartbeat is the only evidence of a driver's life (with Ray's word, see plan_gc)
+RAY_UNREAD = RayView(reachable=False, reason="the Ray GCS did not answer")
 
 
 def with_reservation_group(name: str, replicas: int, labelled: bool = True) -> dict:
@@ -172,14 +175,15 @@ def with_reservation_group(name: str, replicas: int, labelled: bool = True) -> d
 
 
 def state_cm(name: str, group: str, *, state: str = "ready", pg: str | None = None, heartbeat_at_s: float | None = None,
-             owned: bool = True) -> ReservationRecord:
-    """A state ConfigMap as the watch cache parses it; ``owned``: with the ownerReference ``reserve`` writes."""
+             owned: bool = True, job: str | None = None) -> ReservationRecord:
+    """A state ConfigMap as the watch cache parses it; ``owned``: with the ownerReference ``reserve`` writes;
+    ``job``: the driver's Ray job id (label raygpu.io/owner-job)."""
     return ReservationRecord.from_configmap(raw_cm(name, group, state=state, pg=pg, heartbeat_at_s=heartbeat_at_s,
-                                                   owned=owned))
+                                                   owned=owned, job=job))
 
 
 def raw_cm(name: str, group: str, *, state: str = "ready", pg: str | None = None, heartbeat_at_s: float | None = None,
-           owned: bool = True) -> dict:
+           owned: bool = True, job: str | None = None) -> dict:
     """A state ConfigMap as the API server returns it (``state_cm`` before parsing)."""
     ann = {"raygpu.io/reservation-state": state}
     if pg:
@@ -188,6 +192,8 @@ def raw_cm(name: str, group: str, *, state: str = "ready", pg: str | None = None
         ann["raygpu.io/heartbeat-at"] = f"{heartbeat_at_s:.0f}"
     md = {"name": name, "namespace": NS, "uid": f"uid-{name}", "annotations": ann,
           "labels": {LABEL_RESERVATION: group, LABEL_CLUSTER: "rc"}}
+    if job:
+        md["labels"][LABEL_OWNER_JOB] = job
     if owned:
         md["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": RC_UID}]
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": md}
@@ -298,13 +304,14 @@ def test_a_restarted_sidecar_never_scales_a_group_whose_state_it_did_not_see():
 
 def test_liveness_is_measured_on_the_sidecars_clock():
     """Issue 14 item 11: the driver's clock is 61 s behind; its fresh heartbeat keeps the reservation, a stopped one
-    releases it heartbeat_timeout_s after the sidecar saw it last change, and a restarted sidecar waits again."""
+    releases it heartbeat_timeout_s after the sidecar saw it last change, and a restarted sidecar waits again.
+    Ray cannot be read throughout, so the heartbeat is the evidence."""
     kube = fake_kube(with_reservation_group("rg-train", replicas=0))
     kube.configmaps = {"rc-rg-train"}
     cache = FakeCache(kube, [state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 61)])
     kube.objects[("ConfigMap", NS, "rc-rg-train")] = raw_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S - 11)
     now = [NOW_S]
-    r = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
+    r = reclaimer(kube, cache, ray=RAY_UNREAD)
     r.clock = lambda: now[0]
     assert r.cycle().gc.decisions[0].reason.value == "Live"
     now[0] += 50
@@ -312,7 +319,7 @@ def test_liveness_is_measured_on_the_sidecars_clock():
     assert r.cycle().gc.decisions[0].reason.value == "Live"
     now[0] += 60  # 60 s since the sidecar saw it change: the limit, still live
     assert r.cycle().gc.decisions[0].reason.value == "Live"
-    restarted = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
+    restarted = reclaimer(kube, cache, ray=RAY_UNREAD)
     restarted.clock = lambda: now[0] + 30
     assert restarted.cycle().gc.decisions[0].reason.value == "Live"  # 90 s quiet, but first seen just now
     now[0] += 1
@@ -324,12 +331,13 @@ def test_a_heartbeat_the_hung_watch_did_not_deliver_never_reads_as_lost():
     """Issue 14 must-show 1 (c): the ConfigMap watch hangs, so the cache keeps an old heartbeat while the driver
     beats on. Before releasing on HeartbeatLost (or DeadlineMissed) the sidecar reads the ConfigMap live: a moved
     heartbeat defers the release and counts as seen then; only a heartbeat unchanged on the API server too
-    releases, and a failed live read releases nothing."""
+    releases, and a failed live read releases nothing. Ray cannot be read throughout, so the heartbeat is the
+    evidence."""
     kube = fake_kube(with_reservation_group("rg-train", replicas=2))
     kube.configmaps = {"rc-rg-train"}
     cache = FakeCache(kube, [state_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S)])  # never updated
     now = [NOW_S]
-    r = reclaimer(kube, cache, ray=ray_view({}, pgs=A_PG))
+    r = reclaimer(kube, cache, ray=RAY_UNREAD)
     r.clock = lambda: now[0]
     assert r.cycle().gc.decisions[0].reason.value == "Live"
     for beat in (40, 80):  # the driver beats on; the hung watch delivers none of it
@@ -350,6 +358,36 @@ def test_a_heartbeat_the_hung_watch_did_not_deliver_never_reads_as_lost():
     now[0] += 61
     rep = r.cycle()
     assert rep.released == ("rc-rg-train",) and rep.gc.decisions[0].reason.value == "HeartbeatLost" and kube.patches
+
+
+def test_a_driver_that_lost_api_access_keeps_its_running_gang_on_rays_word(caplog):
+    """Issue 24 item 1: a READY gang whose driver can no longer write its heartbeat (token expired, RoleBinding
+    revoked) while Ray says its job is alive and its placement group CREATED is kept for three heartbeat timeouts
+    and more, with one log line saying why; once the job ends (Ray removes its PG) it is released."""
+    kube = fake_kube(with_reservation_group("rg-train", replicas=2))
+    kube.configmaps = {"rc-rg-train"}
+    stale = raw_cm("rc-rg-train", "rg-train", pg="aa", heartbeat_at_s=NOW_S, job="01000000")
+    kube.objects[("ConfigMap", "rc-rg-train")] = stale  # the live read agrees: the heartbeat really stopped
+    cache = FakeCache(kube, [ReservationRecord.from_configmap(stale)])
+    ray = [ray_view({}, pgs=A_PG)]
+    jobs = [{"01000000": True}]
+    now = [NOW_S]
+    r = reclaimer(kube, cache)
+    r.read_ray, r.read_jobs, r.clock = (lambda address, timeout_s, now_s: ray[0]), (lambda a: jobs[0]), lambda: now[0]
+    assert r.cycle().gc.decisions[0].reason.value == "Live"
+    with caplog.at_level(logging.INFO, logger="raygpu.sidecar"):
+        for _ in range(4):  # 4 x 61 s: past three heartbeat timeouts
+            now[0] += 61
+            rep = r.cycle()
+            assert rep.gc.decisions[0].reason.value == "RaySaysAlive" and rep.released == ()
+    assert groups(kube)["rg-train"]["replicas"] == 2 and kube.configmaps == {"rc-rg-train"}
+    said = [rec for rec in caplog.records if rec.getMessage() == "gc-decision"]
+    assert len(said) == 1 and "kept on Ray's word" in said[0].fields["detail"]
+    ray[0], jobs[0] = ray_view({}, pgs=[]), {"01000000": False}  # the job ended: Ray removed its PG with it
+    now[0] += 1
+    rep = r.cycle()
+    assert rep.released == ("rc-rg-train",) and rep.gc.decisions[0].reason.value == "PlacementGroupGone"
+    assert groups(kube).get("rg-train", {"replicas": 0})["replicas"] == 0
 
 
 def test_dry_run_releases_a_dead_drivers_reservation_and_scales_nothing_down():

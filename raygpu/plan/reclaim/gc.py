@@ -20,7 +20,14 @@ released, first rule that applies:
    could read the job table: ``jobs`` is not None);
 5. its heartbeat annotation has not changed for more than ``heartbeat_timeout_s``
    as the *sidecar* saw it (``SeenAt.heartbeat_s``): the driver's clock is never
-   compared with the sidecar's, and a restarted sidecar waits the full timeout;
+   compared with the sidecar's, and a restarted sidecar waits the full timeout.
+   Only where Ray gives no word of life: a reservation whose owner job Ray's job
+   table says is alive, or whose recorded placement group Ray holds (any state
+   but REMOVED; raygpu's PGs are not detached, Ray removes them with their job),
+   is kept whatever its heartbeat (``RAY_SAYS_ALIVE``): a driver that lost API
+   access (expired token, revoked RoleBinding, partition) keeps its running gang.
+   The heartbeat is evidence only where Ray cannot be read or knows nothing of
+   the job (rules 3 and 4 have already released it where Ray says it is gone);
 6. it is still not ``ready`` ``heartbeat_timeout_s`` after its deadline, the
    deadline carried onto the sidecar's clock skew-free: the driver wrote the
    time left (``deadline_at - heartbeat_at``, both its clock) when it wrote the
@@ -46,10 +53,11 @@ from raygpu.model.gang import ReservationState
 from raygpu.model.gc import (DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcDecision, GcPlan, GcReason, OrphanGroup,
                              ReservationRecord, SeenAt, is_reservation_group)
 from raygpu.model.labels import LABEL_RESERVATION
-from raygpu.model.raycluster import RayClusterView
+from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.views import PgState, RayView
 
 _TERMINAL = {ReservationState.RELEASED.value, ReservationState.ROLLED_BACK.value}
+_KEEP = frozenset({GcReason.LIVE, GcReason.RAY_SAYS_ALIVE})  # the verdicts of _verdict that keep
 
 
 def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s: float, *,
@@ -68,10 +76,11 @@ def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s:
     need it.
     """
     pgs = {pg.pg_id: pg for pg in ray_view.placement_groups}
+    groups = {g.group_name: g for g in reversed(cluster.worker_groups)}  # indexed once: the first of a name wins
     seen = seen or {}
     decisions, proven_groups = [], set()
     for r in reservations:
-        owned_group = cluster.group(r.group)
+        owned_group = groups.get(r.group)
         group_owned = owned_group is not None and is_reservation_group(owned_group)
         missing = r.missing_proof(cluster.name, cluster.uid)
         if missing:
@@ -82,25 +91,26 @@ def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s:
         proven_groups.add(r.group)
         at = seen.get(r.name) or SeenAt(first_s=now_s, heartbeat_s=now_s)
         reason, detail = _verdict(r, at, ray_view, pgs, jobs, now_s, heartbeat_timeout_s)
-        if reason is not GcReason.LIVE and not group_owned:
+        keep = reason in _KEEP
+        if not keep and not group_owned:
             detail += (f"; worker group {r.group} is left alone (absent, or its pod template lacks "
                        f"{LABEL_RESERVATION}={r.group})")
-        action = GcAction.KEEP if reason is GcReason.LIVE else GcAction.RELEASE
+        action = GcAction.KEEP if keep else GcAction.RELEASE
         decisions.append(GcDecision(reservation=r.name, group=r.group, action=action, reason=reason, detail=detail,
                                     group_owned=group_owned, state_uid=r.uid))
     for group, orphan in sorted((orphan_groups or {}).items()):
         if group not in proven_groups:
-            decisions.append(_orphan(group, orphan, cluster, now_s, heartbeat_timeout_s))
+            decisions.append(_orphan(group, orphan, groups.get(group), now_s, heartbeat_timeout_s))
     decisions.sort(key=lambda d: (d.reservation, d.group))
     return GcPlan(planned_at_s=now_s, decisions=tuple(decisions),
                   to_release=tuple(d for d in decisions if d.action is not GcAction.KEEP),
                   reservation_groups=frozenset(d.group for d in decisions if d.group))
 
 
-def _orphan(group: str, orphan: OrphanGroup, cluster: RayClusterView, now_s: float,
+def _orphan(group: str, orphan: OrphanGroup, spec: GroupTemplate | None, now_s: float,
             timeout_s: float) -> GcDecision:
-    """The verdict on a worker group without a proven state ConfigMap: scale to zero only with both proofs."""
-    spec = cluster.group(group)
+    """The verdict on worker group ``group`` (``spec``: its template, None when absent) without a proven state
+    ConfigMap: scale to zero only with both proofs."""
     owned = spec is not None and is_reservation_group(spec)
 
     def keep(reason: GcReason, detail: str) -> GcDecision:
@@ -141,16 +151,36 @@ def _verdict(r: ReservationRecord, at: SeenAt, ray_view: RayView, pgs: dict, job
     if jobs is not None and r.owner_job and jobs.get(r.owner_job) is False:
         return GcReason.OWNER_JOB_DEAD, f"owner job {r.owner_job} is dead"
     quiet_s = now_s - at.heartbeat_s
-    if quiet_s > timeout_s:
+    alive = _rays_word_of_life(r, ray_view, pgs, jobs)
+    if quiet_s > timeout_s and not alive:
         what = "heartbeat" if r.heartbeat_at_s is not None else "no heartbeat annotation"
         return GcReason.HEARTBEAT_LOST, (f"{what} unchanged for {quiet_s:.0f}s > {timeout_s:.0f}s "
-                                         "(measured on the sidecar's clock)")
+                                         "(measured on the sidecar's clock) and Ray gives no word of its job")
     if r.deadline_at_s is not None and r.heartbeat_at_s is not None and state != ReservationState.READY.value:
         deadline_s = at.heartbeat_s + (r.deadline_at_s - r.heartbeat_at_s)  # on the sidecar's clock
         if now_s > deadline_s + timeout_s:
             return GcReason.DEADLINE_MISSED, (f"state {state or 'unknown'} {now_s - deadline_s:.0f}s after its "
                                               "deadline; the driver's watchdog never rolled it back")
+    if quiet_s > timeout_s:
+        return GcReason.RAY_SAYS_ALIVE, (f"state {state or 'unknown'}, heartbeat unchanged for {quiet_s:.0f}s > "
+                                         f"{timeout_s:.0f}s, but {alive}: kept on Ray's word (its driver may have "
+                                         "lost access to the API server)")
     return GcReason.LIVE, f"state {state or 'unknown'}, heartbeat unchanged for {quiet_s:.0f}s"
+
+
+def _rays_word_of_life(r: ReservationRecord, ray_view: RayView, pgs: dict, jobs: Mapping[str, bool] | None) -> str:
+    """Why Ray says the reservation's driver job lives ("" when Ray gives no such word).
+
+    Its owner job alive in the job table, or its recorded placement group held in Ray's table (any state but
+    REMOVED: raygpu's placement groups are never detached, so Ray removes them with their job). Called after
+    the rules that release on Ray's word (PG gone, job dead), so a dead job never reaches here.
+    """
+    if jobs is not None and r.owner_job and jobs.get(r.owner_job) is True:
+        return f"Ray says its job {r.owner_job} is alive"
+    pg = pgs.get(r.placement_group_id) if ray_view.reachable and r.placement_group_id else None
+    if pg is not None and pg.state is not PgState.REMOVED:
+        return f"Ray holds its placement group {r.placement_group_id} ({pg.state.value})"
+    return ""
 
 
 # The rules that judge a reservation by what the watch cache has *not* seen change. A watch that hangs without
