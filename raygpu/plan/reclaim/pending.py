@@ -22,10 +22,15 @@ Three passes:
    and keeps the candidates it uses. If the search proves there is none, the
    PG protects nothing; if it runs out of budget, every candidate that could
    take one of its bundles stays: what cannot be proved safe is not deleted.
+   PGs of one shape (``plan.placement.signature``) share one answer.
 3. **Together** (``plan.together``, when two or more PGs have unplaced
    bundles): greedily in Ray's order (rescheduling first, then by id), the PGs
    that can be placed together now can still all be placed together on what
    stays.
+
+The searches of passes 2 and 3 share one budget per cycle (``plan.placement.Steps``, ``steps`` placement
+steps). When it runs out, nothing more is proved: every candidate that could take a bundle of a pending PG
+stays (those are the nodes the index holds), and ``PendingNeeds.budget_spent`` says why.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
-from raygpu.plan.reclaim.placement import UNKNOWN, Unit, could_host, find_placement, units
+from raygpu.plan.reclaim.placement import UNKNOWN, Steps, Unit, could_host, find_placement, signature, units
 from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
@@ -76,17 +81,26 @@ class Growth:
     labels: dict[str, str]
 
 
+class PendingNeeds(NamedTuple):
+    """Pod name -> why it stays, and why the search budget ran out ('' when it did not)."""
+
+    needed: dict[str, str]
+    budget_spent: str = ""
+
+
 def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, Host],
                           candidates: dict[str, Candidate], spare: dict[str, int],
-                          growth: list[Growth]) -> dict[str, str]:
-    """Pod name -> why, for every candidate a pending or rescheduling PG needs (see the module docstring).
+                          growth: list[Growth], *, steps: Steps | None = None) -> PendingNeeds:
+    """Every candidate a pending or rescheduling PG needs, by pod name, with why (see the module docstring).
 
     ``hosts``: every counted node by id (candidates included); ``candidates`` by node id; ``spare``: per
-    group, candidates the group minimum keeps anyway (> 0: prefer them); ``growth`` in spec order.
+    group, candidates the group minimum keeps anyway (> 0: prefer them); ``growth`` in spec order;
+    ``steps``: the searches' budget (default: ``plan.placement.CYCLE_STEPS`` placement steps).
     """
+    budget = Steps() if steps is None else steps
     pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
     if not candidates or not pending:
-        return {}  # only candidates are ever needed
+        return PendingNeeds({})  # only candidates are ever needed
     spare = dict(spare)
     us = [units(pg) for pg in pending]
     start = _index(hosts, candidates, [u for pg_units in us for u in pg_units])
@@ -96,11 +110,18 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     # their bucket's key, unchanged: only the role moves)
     for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
         start.move(nid, start.free[nid], FREE, start.free_key(nid))
-    index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed)
-    if sum(1 for pg_units in us if pg_units) > 1:
+    index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget)
+    if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
         prove_together(pending, placed, index.copy(), index, candidates, spare, needed,
-                       lambda: [hosts[n].available for n in sorted(hosts)])
-    return needed
+                       lambda: [hosts[n].available for n in sorted(hosts)], budget)
+    if budget.exhausted:  # nothing is proved: every candidate that could take a pending bundle stays
+        why = f"the planner ran out of search budget ({budget.spent}): it cannot prove the pending placement " \
+              f"groups fit without it"
+        for nid in sorted(index.free):
+            c = candidates.get(nid)
+            if c is not None and c.pod_name not in needed:
+                needed[c.pod_name] = why
+    return PendingNeeds(needed, budget.spent)
 
 
 def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], shapes: list[Unit]) -> FreeIndex:
@@ -249,15 +270,27 @@ class _LaterIndex:
         return min((n for n in best if n is not None), default=None)
 
 
-def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str]) -> FreeIndex:
+def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str], budget: Steps) -> FreeIndex:
     """Pass 2 on ``index`` (every counted node on its free resources now, role ``free`` if it stays; changed):
-    make every PG that can be placed now placeable on what stays (adds to ``needed``); returns ``index``."""
+    make every PG that can be placed now placeable on what stays (adds to ``needed``); returns ``index``.
+
+    PGs of one signature share the answer: a placement on what stays stays one (the pass only turns
+    candidates into nodes that stay), and no placement on all counted nodes stays none (their free resources
+    do not change)."""
+    settled: set[tuple] = set()  # signatures placeable on what stays, or on nothing
     for pg in pending:
+        if budget.exhausted:
+            break
         us = units(pg)
-        if not us or find_placement(us, index, spare, candidates_too=False) not in (None, UNKNOWN):
+        sig = signature(us)
+        if not us or sig in settled:
             continue
-        found = find_placement(us, index, spare, candidates_too=True)
+        if find_placement(us, index, spare, candidates_too=False, steps=budget) not in (None, UNKNOWN):
+            settled.add(sig)
+            continue
+        found = find_placement(us, index, spare, candidates_too=True, steps=budget)
         if found is None:
+            settled.add(sig)
             continue  # proved: it cannot be placed now, with or without the candidates
         if found is UNKNOWN:
             keep = could_host(index, us)
@@ -265,6 +298,7 @@ def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str])
         else:
             keep = {n for n in found if index.role[n] == CAND}
             tail = " now"
+        settled.add(sig)  # what it could use now stays
         for nid in sorted(keep):
             needed[candidates[nid].pod_name] = _why(pg, tail)
             spare[candidates[nid].group] -= 1

@@ -14,23 +14,32 @@ of ``taken`` (after a resource-sum test, which settles most such cases): found, 
 replaces the fixed ones; proved impossible, the PG stays out of ``taken``. When a search runs out of
 budget, nothing is proved, and every candidate that could host a bundle of any pending PG that can be
 placed on its own stays: what cannot be proved safe is not deleted.
+
+Linear at a backlog too (pending PGs beyond the idle room, most of them of a few shapes): before a joint
+search, a room test (``_room_for``: per demand, Hall's condition on the nodes each label selector admits,
+counting how many such units each node's free resources hold) proves most of them impossible without a
+search, and answers are shared by the PGs of one signature (``plan.placement.signature``): no placement on
+what ``taken`` left stays none while ``taken`` only grows; a PG that cannot be placed together with
+``taken`` never can, since ``taken`` only grows; a PG's placement on its own is a fact of the free
+resources now. Every search charges the cycle's step budget (``plan.placement.Steps``).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Callable, Iterable
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits
-from raygpu.plan.reclaim.placement import UNKNOWN, Unit, could_host, find_placement, units
+from raygpu.plan.reclaim.placement import UNKNOWN, Steps, Unit, could_host, find_placement, signature, units
 
 _Taken = tuple[PlacementGroupView, list[Unit], list[str]]  # a PG of ``taken``, its units, the node of each
 
 
 def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str]], cur: FreeIndex,
                    base: FreeIndex, candidates: dict, spare: dict[str, int], needed: dict[str, str],
-                   supply_of: Callable[[], Iterable[dict[str, float]]]) -> None:
+                   supply_of: Callable[[], Iterable[dict[str, float]]], steps: Steps) -> None:
     """Keep (add to ``needed``: pod name -> why) the candidates that the PGs fitting together need.
 
     ``pending``: the pending and rescheduling PGs; ``placed``: id -> node per unit of the PGs the simulation
@@ -38,10 +47,15 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     resources (roles: stays or candidate); ``cur`` gets the placements of ``taken`` subtracted; ``candidates``
     (node id -> ``plan.pending.Candidate``) and ``spare`` as for ``plan.pending.needed_by_pending_pgs``;
     ``supply_of()``: the free resources of every counted node (the indexes hold only those that could take
-    a unit), summed for a quick "not enough for all of them" test.
+    a unit), summed for a quick "not enough for all of them" test; ``steps``: the cycle's search budget (the
+    pass stops when it runs out, and the caller keeps what it could not judge).
     """
     order = sorted(pending, key=lambda pg: (pg.state is not PgState.RESCHEDULING, pg.pg_id))
     taken: list[_Taken] = []
+    # answers shared by the PGs of one signature (see the module docstring)
+    left_none: set[tuple] = set()  # no placement on ``cur`` (until a joint placement rearranges ``taken``)
+    alone_of: dict[tuple, list[str] | None | str] = {}  # placement on ``base`` on its own
+    apart: set[tuple] = set()  # no placement together with ``taken``
 
     def keep(nodes, why: str) -> None:
         for nid in sorted(set(nodes)):
@@ -54,39 +68,54 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
 
     supply: dict[str, float] = {}  # every counted node's free resources, summed when first needed
     for pg in order:
+        if steps.exhausted:
+            return None
         us = units(pg)
         if not us:
             continue
+        sig = signature(us)
         nodes = placed.get(pg.pg_id)
         if nodes is None or not _fits_on(cur, us, nodes):
-            nodes = find_placement(us, cur, spare, candidates_too=False)
-            if not isinstance(nodes, list):
-                nodes = find_placement(us, cur, spare, candidates_too=True)
+            nodes = None
+            if sig not in left_none:
+                nodes = find_placement(us, cur, spare, candidates_too=False, steps=steps)
+                if not isinstance(nodes, list):
+                    nodes = find_placement(us, cur, spare, candidates_too=True, steps=steps)
+                if nodes is None:
+                    left_none.add(sig)
         if nodes is UNKNOWN:
-            return _keep_all(order, base, spare, keep)
+            return _keep_all(order, base, spare, keep, steps)
         if nodes is not None:
             keep(nodes, _why([pg], " beside the placement groups before it" if taken else ""))
             _commit(cur, us, nodes, 1.0)
             taken.append((pg, us, nodes))
             continue
-        alone = find_placement(us, base, spare, candidates_too=True)
+        if sig in apart:
+            continue  # proved for an earlier PG of its signature, and ``taken`` only grew since
+        alone = alone_of.get(sig, alone_of)
+        if alone is alone_of:
+            alone = alone_of[sig] = find_placement(us, base, spare, candidates_too=True, steps=steps)
         if alone is UNKNOWN:
-            return _keep_all(order, base, spare, keep)
+            return _keep_all(order, base, spare, keep, steps)
         if alone is None:
             continue  # proved: it cannot be placed now even on its own
         group = taken + [(pg, us, [])]
         joint = [Unit(u.demand, u.selectors, u.allowed, u.excluded, u.spread, owner)
                  for owner, (_, tus, _) in enumerate(group) for u in tus]
         supply = supply or _sum(supply_of())
-        if any(v > supply.get(k, 0.0) + EPS for k, v in _sum(u.demand for u in joint).items()):
-            continue  # proved: not enough resources for all of them
-        found = find_placement(joint, base, spare, candidates_too=False)
+        if any(v > supply.get(k, 0.0) + EPS for k, v in _sum(u.demand for u in joint).items()) \
+                or not _room_for(joint, base):
+            apart.add(sig)
+            continue  # proved: not enough room for all of them
+        found = find_placement(joint, base, spare, candidates_too=False, steps=steps)
         if not isinstance(found, list):
-            found = find_placement(joint, base, spare, candidates_too=True)
+            found = find_placement(joint, base, spare, candidates_too=True, steps=steps)
         if found is UNKNOWN:
-            return _keep_all(order, base, spare, keep)
+            return _keep_all(order, base, spare, keep, steps)
         if found is None:
+            apart.add(sig)
             continue  # proved: it cannot be placed together with the PGs before it
+        left_none.clear()  # ``taken`` is placed anew: what it leaves is not a subset of what it left
         keep(found, _why([g[0] for g in group], " together"))
         for _, tus, tnodes in taken:
             _commit(cur, tus, tnodes, -1.0)
@@ -98,17 +127,26 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     return None
 
 
-def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str, int], keep) -> None:
-    """A search ran out of budget: keep every candidate that could host a unit of a PG that fits on its own."""
+def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str, int], keep, steps: Steps) -> None:
+    """A search ran out of budget: keep every candidate that could host a unit of a PG that fits on its own
+    (or that the planner cannot prove does not). Once per signature: a second PG of one finds nothing new."""
+    seen: set[tuple] = set()
     for pg in order:
         us = units(pg)
-        if us and find_placement(us, base, spare, candidates_too=True) is not None:
+        sig = signature(us)
+        if not us or sig in seen:
+            continue
+        seen.add(sig)
+        if find_placement(us, base, spare, candidates_too=True, steps=steps) is not None:
             keep(could_host(base, us), _why([pg], " with the others (the planner cannot prove they fit"
                                                   " together without it)"))
 
 
 def _why(pgs: list[PlacementGroupView], tail: str) -> str:
-    names = ", ".join(pg.name or pg.pg_id for pg in pgs)
+    """Names the first ``_NAMED`` PGs and counts the rest (a backlog's set runs to thousands)."""
+    names = ", ".join(pg.name or pg.pg_id for pg in pgs[:_NAMED])
+    if len(pgs) > _NAMED:
+        names += f" and {len(pgs) - _NAMED:,} more"
     return f"placement group{'s' if len(pgs) > 1 else ''} {names} need{'' if len(pgs) > 1 else 's'} it to fit{tail}"
 
 
@@ -121,6 +159,44 @@ def _fits_on(index: FreeIndex, us: list[Unit], nodes: list[str]) -> bool:
             return False
         left[n] = {k: have.get(k, 0.0) - u.demand.get(k, 0.0) for k in set(have) | set(u.demand)}
     return len(nodes) == len(us)
+
+
+def _room_for(joint: list[Unit], index: FreeIndex) -> bool:
+    """A necessary condition for ``joint`` to fit on ``index`` (False proves it cannot): per demand, every
+    set of its label-selector classes asks at most as many units as the nodes admitted by one of them can
+    hold, counting per node how many units of that demand its free resources hold (Hall's condition; up to
+    ``_HALL_CLASSES`` classes per demand, beyond that only each class on its own)."""
+    by_demand: dict[tuple, dict[tuple, list[Unit]]] = defaultdict(dict)
+    for u in joint:
+        cls = tuple(tuple(sorted(s.items())) for s in u.selectors)
+        by_demand[tuple(sorted(u.demand.items()))].setdefault(cls, []).append(u)
+    for d, classes in by_demand.items():
+        asks = {k: v for k, v in d if v > EPS}
+        if not asks:
+            continue  # takes nothing: fits anywhere it matches
+        admitted = [({b.key: b for b in index.buckets(us[0].demand, us[0].selectors)}, len(us))
+                    for us in classes.values()]
+        subsets = range(1, 2 ** len(admitted)) if len(admitted) <= _HALL_CLASSES \
+            else [1 << i for i in range(len(admitted))]
+        for mask in subsets:
+            union: dict[tuple, object] = {}
+            want = 0
+            for i, (buckets, n) in enumerate(admitted):
+                if mask >> i & 1:
+                    union.update(buckets)
+                    want += n
+            if want > sum(b.live * _holds(asks, b.free) for b in union.values()):
+                return False
+    return True
+
+
+_HALL_CLASSES = 6
+_NAMED = 5  # PGs named in a keep's detail
+
+
+def _holds(asks: dict[str, float], free: dict[str, float]) -> int:
+    """How many units asking ``asks`` (each positive) fit in ``free``."""
+    return max(0, min(math.floor((free.get(k, 0.0) + EPS) / v) for k, v in asks.items()))
 
 
 def _commit(index: FreeIndex, us: list[Unit], nodes: list[str], sign: float) -> None:
