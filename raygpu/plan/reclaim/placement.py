@@ -12,9 +12,10 @@ any placement that fits will do). Largest GPU demand first.
 exact: a unit placed on a node moves that node to the bucket of what it has left, so nodes of one bucket
 (same labels and free resources) are interchangeable for the units still to place and one of each bucket is
 tried, plus the nodes some unit names (``allowed``, ``excluded``) one by one, never the nodes the unit's own
-STRICT_SPREAD PG already uses. A step (one unit put on one node) costs the same whatever the cluster's size.
-A search stops after one step per unit plus ``BUDGET`` more, or when the cycle's :class:`Steps` run out,
-and then says ``UNKNOWN``, never "no".
+STRICT_SPREAD PG already uses. A step costs the same whatever the cluster's size: a
+search charges one per unit it sets out to place and one per unit it puts on a node. A search stops after
+one try per unit plus ``BUDGET`` more, or when the cycle's :class:`Steps` run out, and then says
+``UNKNOWN``, never "no".
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from raygpu.plan.common.free_index import CAND, FREE, FreeIndex, fits, matches_a
 
 UNKNOWN = "unknown"  # the search ran out of budget: neither a placement nor a proof there is none
 BUDGET = 2_000  # steps one search may take beyond one per unit (its backtracking)
-# steps one cycle's pending-PG proof may take, all searches together: the worst backlog of the decision
-# benchmark (pending PGs at twice the idle room) takes about 5 per pending bundle, 70,000 at 10,000 nodes
+# steps one cycle's pending-PG proof may take, all searches together (see docs/reliability.md, "The budget
+# rule", for what the benchmark's backlogs take at 10,000 nodes)
 CYCLE_STEPS = 200_000
 
 
@@ -114,6 +115,10 @@ def find_placement(us: list[Unit], index: FreeIndex, spare: dict[str, int], *, c
     """
     if not us:
         return []
+    if steps is not None:  # setting out costs a step per unit: a search that places nothing is not free
+        steps.taken += len(us)
+        if steps.exhausted:
+            return UNKNOWN
     owners = [u.owner for u in us]
     starts: list[int] = []  # per unit, where its PG's units begin
     for j, o in enumerate(owners):

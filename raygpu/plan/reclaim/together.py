@@ -10,15 +10,15 @@ candidates that one such placement of all of ``taken`` uses, so that it still ex
 Linear in the common case: each PG is searched (``plan.placement.find_placement``) on what the PGs before
 it left, their placements fixed (the simulation's placement, when it placed the PG and it still fits, is
 reused). Only a PG that fits on its own but not on what the others left is searched together with every PG
-of ``taken`` (after a resource-sum test, which settles most such cases): found, that joint placement
+of ``taken`` (after the room tests below, which settle most such cases): found, that joint placement
 replaces the fixed ones; proved impossible, the PG stays out of ``taken``. When a search runs out of
 budget, nothing is proved, and every candidate that could host a bundle of any pending PG that can be
 placed on its own stays: what cannot be proved safe is not deleted.
 
-Linear at a backlog too (pending PGs beyond the idle room, most of them of a few shapes): before a joint
-search, a room test (``_room_for``: per demand, Hall's condition on the nodes each label selector admits,
-counting how many such units each node's free resources hold) proves most of them impossible without a
-search, and answers are shared by the PGs of one signature (``plan.placement.signature``): no placement on
+Linear at a backlog too (pending PGs beyond the idle room): before a joint search, room tests kept up to
+date as PGs join (``_Asked``: the resources summed, then per demand Hall's condition on the nodes each label
+selector admits, counting how many such units each node's free resources hold) prove most of them impossible
+without a search or a walk over ``taken``, and answers are shared by the PGs of one signature (``plan.placement.signature``): no placement on
 what ``taken`` left stays none while ``taken`` only grows; a PG that cannot be placed together with
 ``taken`` never can, since ``taken`` only grows; a PG's placement on its own is a fact of the free
 resources now. Every search charges the cycle's step budget (``plan.placement.Steps``).
@@ -66,7 +66,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
                 cur.move(nid, cur.free[nid], FREE)
                 base.move(nid, base.free[nid], FREE)
 
-    supply: dict[str, float] = {}  # every counted node's free resources, summed when first needed
+    asked = _Asked(base, supply_of)  # what ``taken`` asks, for the room tests
     for pg in order:
         if steps.exhausted:
             return None
@@ -89,6 +89,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
             keep(nodes, _why([pg], " beside the placement groups before it" if taken else ""))
             _commit(cur, us, nodes, 1.0)
             taken.append((pg, us, nodes))
+            asked.add(us)
             continue
         if sig in apart:
             continue  # proved for an earlier PG of its signature, and ``taken`` only grew since
@@ -99,14 +100,12 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
             return _keep_all(order, base, spare, keep, steps)
         if alone is None:
             continue  # proved: it cannot be placed now even on its own
+        if not asked.room_with(us):
+            apart.add(sig)
+            continue  # proved: not enough room for all of them
         group = taken + [(pg, us, [])]
         joint = [Unit(u.demand, u.selectors, u.allowed, u.excluded, u.spread, owner)
                  for owner, (_, tus, _) in enumerate(group) for u in tus]
-        supply = supply or _sum(supply_of())
-        if any(v > supply.get(k, 0.0) + EPS for k, v in _sum(u.demand for u in joint).items()) \
-                or not _room_for(joint, base):
-            apart.add(sig)
-            continue  # proved: not enough room for all of them
         found = find_placement(joint, base, spare, candidates_too=False, steps=steps)
         if not isinstance(found, list):
             found = find_placement(joint, base, spare, candidates_too=True, steps=steps)
@@ -116,6 +115,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
             apart.add(sig)
             continue  # proved: it cannot be placed together with the PGs before it
         left_none.clear()  # ``taken`` is placed anew: what it leaves is not a subset of what it left
+        asked.add(us)
         keep(found, _why([g[0] for g in group], " together"))
         for _, tus, tnodes in taken:
             _commit(cur, tus, tnodes, -1.0)
@@ -129,17 +129,30 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
 
 def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str, int], keep, steps: Steps) -> None:
     """A search ran out of budget: keep every candidate that could host a unit of a PG that fits on its own
-    (or that the planner cannot prove does not). Once per signature: a second PG of one finds nothing new."""
+    (or that the planner cannot prove does not), each with the first such PG in ``order`` as its why.
+
+    Linear: a signature is judged once (a second PG of one finds nothing new), and a bucket's candidates are
+    read once (the first PG whose unit it takes keeps them all)."""
     seen: set[tuple] = set()
+    read: set[tuple] = set()  # keys of the buckets whose candidates are kept
     for pg in order:
         us = units(pg)
         sig = signature(us)
         if not us or sig in seen:
             continue
         seen.add(sig)
-        if find_placement(us, base, spare, candidates_too=True, steps=steps) is not None:
-            keep(could_host(base, us), _why([pg], " with the others (the planner cannot prove they fit"
-                                                  " together without it)"))
+        if find_placement(us, base, spare, candidates_too=True, steps=steps) is None:
+            continue
+        nodes: set[str] = set()
+        for u in us:
+            if u.allowed is not None:  # only its own nodes, a handful
+                nodes |= could_host(base, [u])
+                continue
+            for b in base.buckets(u.demand, u.selectors):
+                if b.key not in read:
+                    read.add(b.key)
+                    nodes.update(base.cands(b))
+        keep(nodes, _why([pg], " with the others (the planner cannot prove they fit together without it)"))
 
 
 def _why(pgs: list[PlacementGroupView], tail: str) -> str:
@@ -161,37 +174,90 @@ def _fits_on(index: FreeIndex, us: list[Unit], nodes: list[str]) -> bool:
     return len(nodes) == len(us)
 
 
-def _room_for(joint: list[Unit], index: FreeIndex) -> bool:
-    """A necessary condition for ``joint`` to fit on ``index`` (False proves it cannot): per demand, every
-    set of its label-selector classes asks at most as many units as the nodes admitted by one of them can
-    hold, counting per node how many units of that demand its free resources hold (Hall's condition; up to
-    ``_HALL_CLASSES`` classes per demand, beyond that only each class on its own)."""
-    by_demand: dict[tuple, dict[tuple, list[Unit]]] = defaultdict(dict)
-    for u in joint:
-        cls = tuple(tuple(sorted(s.items())) for s in u.selectors)
-        by_demand[tuple(sorted(u.demand.items()))].setdefault(cls, []).append(u)
-    for d, classes in by_demand.items():
-        asks = {k: v for k, v in d if v > EPS}
-        if not asks:
-            continue  # takes nothing: fits anywhere it matches
-        admitted = [({b.key: b for b in index.buckets(us[0].demand, us[0].selectors)}, len(us))
-                    for us in classes.values()]
-        subsets = range(1, 2 ** len(admitted)) if len(admitted) <= _HALL_CLASSES \
-            else [1 << i for i in range(len(admitted))]
-        for mask in subsets:
-            union: dict[tuple, object] = {}
-            want = 0
-            for i, (buckets, n) in enumerate(admitted):
-                if mask >> i & 1:
-                    union.update(buckets)
-                    want += n
-            if want > sum(b.live * _holds(asks, b.free) for b in union.values()):
-                return False
-    return True
+class _Asked:
+    """What the PGs of ``taken`` ask, kept up to date as PGs join, so that the room tests before a joint search
+    cost the new PG's bundles and the index's buckets, never a walk over ``taken``.
+
+    ``room_with(us)``: a necessary condition for ``taken`` and ``us`` to fit together on ``base`` (False
+    proves they cannot). The resources asked, summed, must not exceed every counted node's free resources
+    summed (``supply_of``, read once); and per demand, every set of its label-selector classes must ask at
+    most as many units as the nodes one of them admits can hold, counting per node how many units of that
+    demand its free resources hold (Hall's condition). ``taken`` fits, so only the sets with a class of
+    ``us`` can fail: with up to ``_HALL_CLASSES`` classes a demand tests them all, beyond that each class of
+    ``us`` on its own and all classes together.
+    """
+
+    def __init__(self, base: FreeIndex, supply_of: Callable[[], Iterable[dict[str, float]]]) -> None:
+        self._base, self._supply_of = base, supply_of
+        self._supply: dict[str, float] | None = None
+        self._sum: dict[str, float] = defaultdict(float)
+        # per demand (items sorted): selector class -> units asked; all classes' buckets; units asked in all
+        self._count: dict[tuple, dict[tuple, int]] = defaultdict(dict)  # demand -> selector class -> units
+        self._admits: dict[tuple, frozenset[tuple]] = {}  # (demand, class) -> keys of the buckets it admits
+        # (demand, bucket key) -> how many units of the demand the bucket's nodes hold. Read when first asked
+        # and kept: a bucket of ``base`` is a shape (labels, free resources) and the nodes of a shape stay (the
+        # pass moves roles, and a search puts back what it moves), though a bucket object may be replaced.
+        self._holds: dict[tuple, int] = {}
+
+    def add(self, us: list[Unit]) -> None:
+        for u in us:
+            for k, v in u.demand.items():
+                self._sum[k] += max(v, 0.0)
+            d, cls = _keys(u)
+            self._admitted(u, d, cls)
+            self._count[d][cls] = self._count[d].get(cls, 0) + 1
+
+    def room_with(self, us: list[Unit]) -> bool:
+        if self._supply is None:
+            self._supply = _sum(self._supply_of())
+        extra = _sum(u.demand for u in us)
+        if any(self._sum.get(k, 0.0) + v > self._supply.get(k, 0.0) + EPS for k, v in extra.items()):
+            return False
+        mine: dict[tuple, dict[tuple, int]] = defaultdict(dict)
+        for u in us:
+            d, cls = _keys(u)
+            mine[d][cls] = mine[d].get(cls, 0) + 1
+            self._admitted(u, d, cls)
+        for d, new in mine.items():
+            if not _asks(d):
+                continue  # takes nothing: fits anywhere it matches
+            counts = dict(self._count.get(d, {}))
+            for cls, n in new.items():
+                counts[cls] = counts.get(cls, 0) + n
+            classes = list(counts)
+            if len(classes) <= _HALL_CLASSES:
+                subsets = [[c for i, c in enumerate(classes) if mask >> i & 1] for mask in range(1, 2 ** len(classes))]
+                subsets = [sub for sub in subsets if any(c in new for c in sub)]
+            else:
+                subsets = [[c] for c in new] + [classes]
+            for sub in subsets:
+                keys = frozenset().union(*(self._admits[(d, c)] for c in sub))
+                if sum(counts[c] for c in sub) > sum(self._holds[(d, key)] for key in keys):
+                    return False
+        return True
+
+    def _admitted(self, u: Unit, d: tuple, cls: tuple) -> None:
+        if (d, cls) in self._admits:
+            return
+        asks, keys = _asks(d), []
+        for b in self._base.buckets(u.demand, u.selectors):
+            keys.append(b.key)
+            if (d, b.key) not in self._holds:
+                self._holds[(d, b.key)] = b.live * _holds(asks, b.free) if asks else 0
+        self._admits[(d, cls)] = frozenset(keys)
 
 
 _HALL_CLASSES = 6
 _NAMED = 5  # PGs named in a keep's detail
+
+
+def _keys(u: Unit) -> tuple[tuple, tuple]:
+    """A unit's demand and its label-selector class, as hashable keys."""
+    return tuple(sorted(u.demand.items())), tuple(tuple(sorted(s.items())) for s in u.selectors)
+
+
+def _asks(d: tuple) -> dict[str, float]:
+    return {k: v for k, v in d if v > EPS}
 
 
 def _holds(asks: dict[str, float], free: dict[str, float]) -> int:
