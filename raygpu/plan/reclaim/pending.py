@@ -43,7 +43,7 @@ from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
-from raygpu.plan.reclaim.placement import UNKNOWN, Steps, Unit, could_host, find_placement, signature, units
+from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement, units
 from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
@@ -102,7 +102,9 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     if not candidates or not pending:
         return PendingNeeds({})  # only candidates are ever needed
     spare = dict(spare)
-    us = [units(pg) for pg in pending]
+    shapes = Shapes()
+    # pass 1 changes the units of a STRICT_SPREAD PG (its exclusions): those get their own, the others share
+    us = [units(pg) if pg.strategy == "STRICT_SPREAD" else shapes.of(pg)[0] for pg in pending]
     start = _index(hosts, candidates, [u for pg_units in us for u in pg_units])
     needed, placed = _simulate(pending, us, hosts, start.copy(), candidates, spare,
                                {g.name: g.slots for g in growth}, growth)
@@ -110,10 +112,11 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     # their bucket's key, unchanged: only the role moves)
     for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
         start.move(nid, start.free[nid], FREE, start.free_key(nid))
-    index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget)
+    index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget,
+                   shapes)
     if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
         prove_together(pending, placed, index.copy(), index, candidates, spare, needed,
-                       lambda: [hosts[n].available for n in sorted(hosts)], budget)
+                       lambda: [hosts[n].available for n in sorted(hosts)], budget, shapes)
     if budget.exhausted:  # nothing is proved: every candidate that could take a pending bundle stays
         why = f"the planner ran out of search budget ({budget.spent}): it cannot prove the pending placement " \
               f"groups fit without it"
@@ -162,17 +165,21 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
     """Pass 1 on ``index`` (every counted node that could take a unit, candidates in role ``cand``; changed):
     (pod name -> why, id -> the node of each unit for the PGs it placed entirely on nodes that now stay,
     placed one after the other in id order). ``units_of``: the units of each PG (changed: STRICT_SPREAD
-    exclusions)."""
+    exclusions; the units of other PGs of one shape are one list, which a backlog makes worth a memo: a unit
+    nothing takes now stays so while the index only shrinks)."""
     later = _LaterIndex(hosts)
     needed: dict[str, str] = {}
     placed: dict[str, list[str]] = {}
+    nothing_now: set[int] = set()  # ids of units no node takes now (cleared when a PG gives its nodes back)
     for pg, us in zip(pending, units_of):
         undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
         pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
         unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
         for u in us:
-            nid, picked = _pick(index, u, spare)
+            nid, picked = (None, False) if id(u) in nothing_now else _pick(index, u, spare)
             if nid is None:
+                if u.allowed is None and not u.excluded:
+                    nothing_now.add(id(u))
                 # nothing free now: a busy node that stays may free up later (judged on its total), else
                 # only a new worker can take it
                 wait = later.first(u, pg_total)
@@ -195,6 +202,7 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
             if pg.strategy == "STRICT_SPREAD":
                 u.excluded.add(nid)
         if unplaced and not _growth_fits(unplaced, growth, slots, pg.strategy):
+            nothing_now.clear()  # what it gives back may take a unit that found nothing
             for nid, demand, pod in reversed(undo):  # it cannot be placed: keep nothing for it
                 free = index.free[nid]
                 role = CAND if pod is not None else index.role[nid]
@@ -239,11 +247,13 @@ class _LaterIndex:
     """Counted nodes by (labels, total), ids sorted: the first that could take a unit once its work ends.
 
     Grouped when first asked (a cycle whose units all fit free capacity never asks), by the items as they
-    come: two groups of one shape give the same answer as one (the lowest id of their firsts)."""
+    come: two groups of one shape give the same answer as one (the lowest id of their firsts). Totals do not
+    change, so an answer is kept for every later question alike (a backlog asks the same thousands of times)."""
 
     def __init__(self, hosts: dict[str, Host]) -> None:
         self._hosts = hosts
         self._by_shape: list[tuple[dict[str, str], dict[str, float], list[str]]] | None = None
+        self._answers: dict[tuple, str | None] = {}
 
     @property
     def _groups(self) -> list[tuple[dict[str, str], dict[str, float], list[str]]]:
@@ -256,6 +266,14 @@ class _LaterIndex:
         return self._by_shape
 
     def first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
+        key = (tuple(u.demand.items()), tuple(tuple(s.items()) for s in u.selectors),
+               None if u.allowed is None else tuple(sorted(u.allowed)), tuple(sorted(u.excluded)),
+               tuple(sorted((n, tuple(sorted(d.items()))) for n, d in pg_total.items())))
+        if key not in self._answers:
+            self._answers[key] = self._first(u, pg_total)
+        return self._answers[key]
+
+    def _first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
         def ok(nid: str) -> bool:
             h = self._hosts[nid]
             left = {k: v - pg_total.get(nid, {}).get(k, 0.0) for k, v in h.total.items()}
@@ -270,7 +288,8 @@ class _LaterIndex:
         return min((n for n in best if n is not None), default=None)
 
 
-def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str], budget: Steps) -> FreeIndex:
+def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str], budget: Steps,
+           shapes: Shapes) -> FreeIndex:
     """Pass 2 on ``index`` (every counted node on its free resources now, role ``free`` if it stays; changed):
     make every PG that can be placed now placeable on what stays (adds to ``needed``); returns ``index``.
 
@@ -281,8 +300,7 @@ def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str],
     for pg in pending:
         if budget.exhausted:
             break
-        us = units(pg)
-        sig = signature(us)
+        us, sig = shapes.of(pg)
         if not us or sig in settled:
             continue
         if find_placement(us, index, spare, candidates_too=False, steps=budget) not in (None, UNKNOWN):

@@ -102,6 +102,29 @@ def signature(us: list[Unit]) -> tuple:
                   u.owner) for u in us)
 
 
+class Shapes:
+    """Each pending PG's units and their signature, worked out once per PG shape (strategy, bundles, label
+    selectors, nodes of its placed bundles) for one cycle: a backlog is thousands of PGs of a few shapes.
+    The units are shared between the PGs of a shape: a caller must not change them."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple, tuple[list[Unit], tuple]] = {}
+        self._by_pg: dict[int, tuple[list[Unit], tuple]] = {}  # by the PG object (alive for the cycle)
+
+    def of(self, pg: PlacementGroupView) -> tuple[list[Unit], tuple]:
+        got = self._by_pg.get(id(pg))
+        if got is not None:
+            return got
+        key = (pg.strategy, tuple(tuple(b.items()) for b in pg.bundles),
+               tuple(tuple(s.items()) for s in pg.bundle_label_selectors), pg.bundle_node_ids)
+        got = self._by_key.get(key)
+        if got is None:
+            us = units(pg)
+            got = self._by_key[key] = (us, signature(us))
+        self._by_pg[id(pg)] = got
+        return got
+
+
 def find_placement(us: list[Unit], index: FreeIndex, spare: dict[str, int], *, candidates_too: bool,
                    steps: Steps | None = None) -> list[str] | None | str:
     """A node per unit on the index's free resources, or None when there is none, or ``UNKNOWN``.

@@ -32,14 +32,14 @@ from typing import Callable, Iterable
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits
-from raygpu.plan.reclaim.placement import UNKNOWN, Steps, Unit, could_host, find_placement, signature, units
+from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement
 
 _Taken = tuple[PlacementGroupView, list[Unit], list[str]]  # a PG of ``taken``, its units, the node of each
 
 
 def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str]], cur: FreeIndex,
                    base: FreeIndex, candidates: dict, spare: dict[str, int], needed: dict[str, str],
-                   supply_of: Callable[[], Iterable[dict[str, float]]], steps: Steps) -> None:
+                   supply_of: Callable[[], Iterable[dict[str, float]]], steps: Steps, shapes: Shapes) -> None:
     """Keep (add to ``needed``: pod name -> why) the candidates that the PGs fitting together need.
 
     ``pending``: the pending and rescheduling PGs; ``placed``: id -> node per unit of the PGs the simulation
@@ -48,7 +48,8 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     (node id -> ``plan.pending.Candidate``) and ``spare`` as for ``plan.pending.needed_by_pending_pgs``;
     ``supply_of()``: the free resources of every counted node (the indexes hold only those that could take
     a unit), summed for a quick "not enough for all of them" test; ``steps``: the cycle's search budget (the
-    pass stops when it runs out, and the caller keeps what it could not judge).
+    pass stops when it runs out, and the caller keeps what it could not judge); ``shapes``: each PG's units and
+    signature (``plan.placement.Shapes``, shared with pass 2).
     """
     order = sorted(pending, key=lambda pg: (pg.state is not PgState.RESCHEDULING, pg.pg_id))
     taken: list[_Taken] = []
@@ -70,10 +71,9 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     for pg in order:
         if steps.exhausted:
             return None
-        us = units(pg)
+        us, sig = shapes.of(pg)
         if not us:
             continue
-        sig = signature(us)
         nodes = placed.get(pg.pg_id)
         if nodes is None or not _fits_on(cur, us, nodes):
             nodes = None
@@ -84,7 +84,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
                 if nodes is None:
                     left_none.add(sig)
         if nodes is UNKNOWN:
-            return _keep_all(order, base, spare, keep, steps)
+            return _keep_all(order, base, spare, keep, steps, shapes)
         if nodes is not None:
             keep(nodes, _why([pg], " beside the placement groups before it" if taken else ""))
             _commit(cur, us, nodes, 1.0)
@@ -97,7 +97,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
         if alone is alone_of:
             alone = alone_of[sig] = find_placement(us, base, spare, candidates_too=True, steps=steps)
         if alone is UNKNOWN:
-            return _keep_all(order, base, spare, keep, steps)
+            return _keep_all(order, base, spare, keep, steps, shapes)
         if alone is None:
             continue  # proved: it cannot be placed now even on its own
         if not asked.room_with(us):
@@ -110,7 +110,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
         if not isinstance(found, list):
             found = find_placement(joint, base, spare, candidates_too=True, steps=steps)
         if found is UNKNOWN:
-            return _keep_all(order, base, spare, keep, steps)
+            return _keep_all(order, base, spare, keep, steps, shapes)
         if found is None:
             apart.add(sig)
             continue  # proved: it cannot be placed together with the PGs before it
@@ -127,7 +127,8 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     return None
 
 
-def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str, int], keep, steps: Steps) -> None:
+def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str, int], keep, steps: Steps,
+              shapes: Shapes) -> None:
     """A search ran out of budget: keep every candidate that could host a unit of a PG that fits on its own
     (or that the planner cannot prove does not), each with the first such PG in ``order`` as its why.
 
@@ -136,8 +137,7 @@ def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str,
     seen: set[tuple] = set()
     read: set[tuple] = set()  # keys of the buckets whose candidates are kept
     for pg in order:
-        us = units(pg)
-        sig = signature(us)
+        us, sig = shapes.of(pg)
         if not us or sig in seen:
             continue
         seen.add(sig)
@@ -198,16 +198,26 @@ class _Asked:
         # and kept: a bucket of ``base`` is a shape (labels, free resources) and the nodes of a shape stay (the
         # pass moves roles, and a search puts back what it moves), though a bucket object may be replaced.
         self._holds: dict[tuple, int] = {}
+        self._joined: dict[int, tuple[list[Unit], int]] = {}  # id of a units list -> it, PGs joined with it
 
     def add(self, us: list[Unit]) -> None:
-        for u in us:
-            for k, v in u.demand.items():
-                self._sum[k] += max(v, 0.0)
-            d, cls = _keys(u)
-            self._admitted(u, d, cls)
-            self._count[d][cls] = self._count[d].get(cls, 0) + 1
+        """``us`` joins ``taken``: counted when the next test needs it, once per list (PGs of one shape share
+        theirs: ``plan.placement.Shapes``), times the PGs that joined with it."""
+        got = self._joined.get(id(us))
+        self._joined[id(us)] = (us, 1 if got is None else got[1] + 1)
+
+    def _fold(self) -> None:
+        for us, times in self._joined.values():
+            for u in us:
+                for k, v in u.demand.items():
+                    self._sum[k] += max(v, 0.0) * times
+                d, cls = _keys(u)
+                self._admitted(u, d, cls)
+                self._count[d][cls] = self._count[d].get(cls, 0) + times
+        self._joined.clear()
 
     def room_with(self, us: list[Unit]) -> bool:
+        self._fold()
         if self._supply is None:
             self._supply = _sum(self._supply_of())
         extra = _sum(u.demand for u in us)
