@@ -165,21 +165,27 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
     """Pass 1 on ``index`` (every counted node that could take a unit, candidates in role ``cand``; changed):
     (pod name -> why, id -> the node of each unit for the PGs it placed entirely on nodes that now stay,
     placed one after the other in id order). ``units_of``: the units of each PG (changed: STRICT_SPREAD
-    exclusions; the units of other PGs of one shape are one list, which a backlog makes worth a memo: a unit
-    nothing takes now stays so while the index only shrinks)."""
+    exclusions; the units of other PGs of one shape are one list). A backlog makes a memo worth it: a
+    demand nothing takes now stays so while the index only shrinks."""
     later = _LaterIndex(hosts)
     needed: dict[str, str] = {}
     placed: dict[str, list[str]] = {}
-    nothing_now: set[int] = set()  # ids of units no node takes now (cleared when a PG gives its nodes back)
+    # (demand, selectors) no node takes now, whatever a unit's exclusions (cleared when a PG gives its nodes
+    # back); the key of each unit, by its id (the units live through the call)
+    nothing_now: set[tuple] = set()
+    key_of: dict[int, tuple] = {}
     for pg, us in zip(pending, units_of):
         undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
         pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
         unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
         for u in us:
-            nid, picked = (None, False) if id(u) in nothing_now else _pick(index, u, spare)
+            key = key_of.get(id(u))
+            if key is None:
+                key = key_of[id(u)] = (tuple(u.demand.items()), tuple(tuple(s.items()) for s in u.selectors))
+            nid, picked = (None, False) if key in nothing_now else _pick(index, u, spare)
             if nid is None:
                 if u.allowed is None and not u.excluded:
-                    nothing_now.add(id(u))
+                    nothing_now.add(key)
                 # nothing free now: a busy node that stays may free up later (judged on its total), else
                 # only a new worker can take it
                 wait = later.first(u, pg_total)
@@ -266,9 +272,10 @@ class _LaterIndex:
         return self._by_shape
 
     def first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
-        key = (tuple(u.demand.items()), tuple(tuple(s.items()) for s in u.selectors),
-               None if u.allowed is None else tuple(sorted(u.allowed)), tuple(sorted(u.excluded)),
-               tuple(sorted((n, tuple(sorted(d.items()))) for n, d in pg_total.items())))
+        # by the unit object (its demand, selectors and allowed nodes never change; it lives through the
+        # cycle), what its exclusions are now, and what its PG took where
+        key = (id(u), tuple(sorted(u.excluded)) if u.excluded else (),
+               tuple(sorted((n, tuple(sorted(d.items()))) for n, d in pg_total.items())) if pg_total else ())
         if key not in self._answers:
             self._answers[key] = self._first(u, pg_total)
         return self._answers[key]
