@@ -199,6 +199,8 @@ class _Asked:
         # pass moves roles, and a search puts back what it moves), though a bucket object may be replaced.
         self._holds: dict[tuple, int] = {}
         self._joined: dict[int, tuple[list[Unit], int]] = {}  # id of a units list -> it, PGs joined with it
+        self._total: dict[tuple, int] = defaultdict(int)  # demand -> units asked, every class
+        self._union: dict[tuple, frozenset[tuple]] = defaultdict(frozenset)  # demand -> buckets any class admits
 
     def add(self, us: list[Unit]) -> None:
         """``us`` joins ``taken``: counted when the next test needs it, once per list (PGs of one shape share
@@ -214,6 +216,8 @@ class _Asked:
                 d, cls = _keys(u)
                 self._admitted(u, d, cls)
                 self._count[d][cls] = self._count[d].get(cls, 0) + times
+                self._total[d] += times
+                self._union[d] |= self._admits[(d, cls)]
         self._joined.clear()
 
     def room_with(self, us: list[Unit]) -> bool:
@@ -231,18 +235,19 @@ class _Asked:
         for d, new in mine.items():
             if not _asks(d):
                 continue  # takes nothing: fits anywhere it matches
-            counts = dict(self._count.get(d, {}))
-            for cls, n in new.items():
-                counts[cls] = counts.get(cls, 0) + n
-            classes = list(counts)
-            if len(classes) <= _HALL_CLASSES:
+            have = self._count.get(d, {})
+            if len(have) + sum(1 for c in new if c not in have) <= _HALL_CLASSES:
+                counts = {c: have.get(c, 0) + new.get(c, 0) for c in {**have, **new}}
+                classes = list(counts)
                 subsets = [[c for i, c in enumerate(classes) if mask >> i & 1] for mask in range(1, 2 ** len(classes))]
-                subsets = [sub for sub in subsets if any(c in new for c in sub)]
-            else:
-                subsets = [[c] for c in new] + [classes]
-            for sub in subsets:
-                keys = frozenset().union(*(self._admits[(d, c)] for c in sub))
-                if sum(counts[c] for c in sub) > sum(self._holds[(d, key)] for key in keys):
+                tests = [(sum(counts[c] for c in sub), frozenset().union(*(self._admits[(d, c)] for c in sub)))
+                         for sub in subsets if any(c in new for c in sub)]
+            else:  # each class of ``us`` on its own, and all classes together (kept up to date: no walk)
+                tests = [(have.get(c, 0) + n, self._admits[(d, c)]) for c, n in new.items()]
+                tests.append((self._total[d] + sum(new.values()),
+                              self._union[d].union(*(self._admits[(d, c)] for c in new))))
+            for want, keys in tests:
+                if want > sum(self._holds[(d, key)] for key in keys):
                     return False
         return True
 
