@@ -18,10 +18,11 @@ placed on its own stays: what cannot be proved safe is not deleted.
 Linear at a backlog too (pending PGs beyond the idle room): before a joint search, room tests kept up to
 date as PGs join (``_Asked``: the resources summed, then per demand Hall's condition on the nodes each label
 selector admits, counting how many such units each node's free resources hold) prove most of them impossible
-without a search or a walk over ``taken``, and answers are shared by the PGs of one signature (``plan.placement.signature``): no placement on
-what ``taken`` left stays none while ``taken`` only grows; a PG that cannot be placed together with
-``taken`` never can, since ``taken`` only grows; a PG's placement on its own is a fact of the free
-resources now. Every search charges the cycle's step budget (``plan.placement.Steps``).
+without a search or a walk over ``taken``, and answers are shared by the PGs of one signature
+(``plan.placement.signature``): no placement on what ``taken`` left stays none while ``taken`` only grows; a
+PG that cannot be placed together with ``taken`` never can, since ``taken`` only grows; a PG's placement on
+its own is a fact of the free resources now. Every search charges the cycle's step budget
+(``plan.placement.Steps``).
 """
 
 from __future__ import annotations
