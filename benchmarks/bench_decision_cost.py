@@ -43,10 +43,20 @@ before each run; collections during a run are timed.
    Ray's ``schedule`` runs with the garbage collector paused, as raygpu's
    planners do. Ray runs a size only while its predicted time (from the previous sizes'
    growth) fits ``--ray-budget-s`` per run; the note says where it stopped.
+3. **The worst pending shapes** (issue 24): a backlog of pending placement groups asking twice
+   the GPUs of the idle workers (PACK, SPREAD and STRICT_SPREAD in turn), of 2 x ``{"GPU": 4,
+   "CPU": 8}`` (``backlog-2x4``: half of them fit, each on two idle workers) and of 4 x
+   ``{"GPU": 8}`` (``backlog-4x8``: only the 1% phantom workers take a bundle). ``plan_reclaim``
+   and the whole cycle of part 1 with that backlog in place of its N/10 PGs, CPU and wall, the
+   lines the cycle executes, the workers kept for the PGs, and whether the pending-PG search ran
+   out of its step budget (``search_budget_spent``: it must not, up to 20,000 nodes).
+4. **``plan_gc``** at ``--gc-sizes`` reservations (1,000 to 16,000), each with its own worker
+   group and state object, in turn live (its PG created), released, and its PG gone.
 
     python -m benchmarks.bench_decision_cost                      # 500 .. 10,000 nodes
     python -m benchmarks.bench_decision_cost --sizes 500,1000,2000,5000,10000,20000 --runs 3
-    python -m benchmarks.bench_decision_cost --quick              # 50, 100 nodes
+    python -m benchmarks.bench_decision_cost --quick              # 50, 100 nodes (plan_gc: 100, 200)
+    python -m benchmarks.bench_decision_cost --sizes 10000,20000 --only-backlog --gc-sizes 1000,16000
 """
 
 from __future__ import annotations
@@ -63,13 +73,17 @@ from benchmarks._common import machine, machine_line, print_table, save_plot
 from benchmarks._decision_reference import executed_lines, reference_pass
 from benchmarks.bench_reconcile import NOW_S, synthetic_snapshot
 from raygpu.model.gang import GangRequest
+from raygpu.model.gc import ReservationRecord, SeenAt
+from raygpu.model.labels import LABEL_RESERVATION
+from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.reclaim import ReclaimPolicy
-from raygpu.model.views import PgState, PlacementGroupView, Snapshot
+from raygpu.model.views import PgState, PlacementGroupView, RayView, Snapshot
 from raygpu.plan.common.collector import collector_paused
 from raygpu.plan.doctor.reconcile import reconcile
 from raygpu.plan.gang.reservation import gang_templates, plan_gang
 from raygpu.plan.doctor.checks_index import index_snapshot
+from raygpu.plan.reclaim.gc import plan_gc
 from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders import cluster_view
 
@@ -81,6 +95,9 @@ IDLE_S = 700.0
 STATES = ("none", "scale-up", "worst")
 DEMAND = {"scale-up": {"GPU": 8.0, "CPU": 16.0}, "worst": {"GPU": 4.0, "CPU": 8.0}}
 STRATEGIES = ("PACK", "SPREAD", "STRICT_SPREAD")
+BACKLOGS = {"backlog-2x4": ({"GPU": 4.0, "CPU": 8.0},) * 2, "backlog-4x8": ({"GPU": 8.0},) * 4}
+GC_SIZES = (1000, 2000, 4000, 8000, 16000)
+GC_QUICK = (100, 200)
 
 
 def with_idle_workers(snap: Snapshot) -> Snapshot:
@@ -115,6 +132,39 @@ def state_pgs(n: int, state: str) -> list[PlacementGroupView]:
         return []
     return [PlacementGroupView(pg_id=f"pg{i:06d}", state=PgState.PENDING, bundles=(DEMAND[state],))
             for i in range(max(1, n // 10))]
+
+
+def idle_room_gpus(snap: Snapshot) -> float:
+    """The GPUs free on idle Ray workers: what pending PGs could get by keeping them."""
+    return sum(n.available.get("GPU", 0.0) for n in snap.ray.nodes if not n.is_head and n.idle_since_s is not None)
+
+
+def backlog_pgs(snap: Snapshot, shape: str) -> list[PlacementGroupView]:
+    """Pending PGs of ``BACKLOGS[shape]`` asking twice ``idle_room_gpus(snap)`` in all, strategies in turn."""
+    bundles = BACKLOGS[shape]
+    count = max(1, round(2 * idle_room_gpus(snap) / sum(b["GPU"] for b in bundles)))
+    return [PlacementGroupView(pg_id=f"pg{i:06d}", state=PgState.PENDING, strategy=STRATEGIES[i % 3], bundles=bundles)
+            for i in range(count)]
+
+
+def gc_state(r: int) -> dict:
+    """``plan_gc``'s arguments for ``r`` reservations of one RayCluster, each with its own raygpu worker group
+    and state object: in turn live (its PG created), released, and its PG gone."""
+    uid = "uid-rc"
+    groups = tuple(GroupTemplate(group_name=f"rg-{i:05d}", replicas=1, min_replicas=1,
+                                 template={"metadata": {"labels": {LABEL_RESERVATION: f"rg-{i:05d}"}}, "spec": {}})
+                   for i in range(r))
+    cluster = RayClusterView(name="rc", namespace="ns", uid=uid, head=GroupTemplate(group_name="head", is_head=True),
+                             worker_groups=groups)
+    states = ("ready", "released", "ready")
+    records = [ReservationRecord(name=f"r{i:05d}", namespace="ns", group=f"rg-{i:05d}", cluster="rc",
+                                 state=states[i % 3], placement_group_id=f"{i:08x}", created_at_s=NOW_S - 600,
+                                 uid=f"u-{i}", owner_uids=(uid,), heartbeat_at_s=NOW_S - 5)
+               for i in range(r)]
+    ray = RayView(placement_groups=tuple(PlacementGroupView(pg_id=f"{i:08x}", state=PgState.CREATED,
+                                                            bundles=({"GPU": 8.0},)) for i in range(r) if i % 3 != 2))
+    seen = {rec.name: SeenAt(first_s=NOW_S - 600, heartbeat_s=NOW_S - 5) for rec in records}
+    return {"reservations": records, "ray_view": ray, "now_s": NOW_S, "cluster": cluster, "seen": seen}
 
 
 def reclaim_cluster(n: int) -> RayClusterView:
@@ -273,6 +323,53 @@ def sizes_arg(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(sizes)))
 
 
+def gc_sizes_arg(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gc-sizes takes reservation counts separated by commas, got {text!r}") \
+            from None
+    if any(not 1 <= s <= 2 * MAX_SIZE for s in sizes):
+        raise argparse.ArgumentTypeError(f"--gc-sizes: each size must be 1 to {2 * MAX_SIZE:,} reservations, "
+                                         f"got {text!r}")
+    return tuple(sorted(set(sizes)))
+
+
+def backlog_rows(n: int, base: Snapshot, rc: RayClusterView, policy: ReclaimPolicy, gcl: RayClusterView,
+                 reqs: list[GangRequest], runs: int) -> list[dict]:
+    """Part 3 at ``n`` nodes: per backlog shape, plan_reclaim and the whole cycle with that backlog pending."""
+    out = []
+    for shape in BACKLOGS:
+        load = round(os.getloadavg()[0], 2)
+        snap = with_pending(base, backlog_pgs(base, shape))
+        rcpu, rwall, plan = measure(paused(lambda: plan_reclaim(snap, rc, policy, NOW_S)), runs)
+        ccpu, cwall, _ = measure(lambda: cycle(snap, rc, policy, gcl, reqs), runs)
+        with collector_paused():
+            lines = executed_lines(lambda: cycle(snap, rc, policy, gcl, reqs))
+        out.append({"nodes": n, "shape": shape, "pending_pgs": len(snap.ray.placement_groups),
+                    "idle_room_gpus": idle_room_gpus(base), "load_avg_1m": load,
+                    "reclaim_ms": round(rcpu * 1e3, 2), "reclaim_wall_ms": round(rwall * 1e3, 2),
+                    "cycle_ms": round(ccpu * 1e3, 2), "cycle_wall_ms": round(cwall * 1e3, 2),
+                    "lines": lines, "lines_per_node": round(lines / n, 1),
+                    "kept_for_pgs": sum(d.reason.value == "NeededByPendingPG" for d in plan.decisions),
+                    "deletes": len(plan.deleted_pods), "search_budget_spent": plan.search_budget_spent,
+                    "load_avg_1m_after": round(os.getloadavg()[0], 2)})
+    return out
+
+
+def gc_rows(sizes: tuple[int, ...], runs: int) -> list[dict]:
+    """Part 4: plan_gc at each number of reservations."""
+    out = []
+    for r in sizes:
+        load = round(os.getloadavg()[0], 2)
+        args = gc_state(r)
+        cpu, wall, plan = measure(paused(lambda: plan_gc(**args)), runs)
+        out.append({"reservations": r, "load_avg_1m": load, "gc_ms": round(cpu * 1e3, 2),
+                    "gc_wall_ms": round(wall * 1e3, 2), "to_release": len(plan.to_release),
+                    "load_avg_1m_after": round(os.getloadavg()[0], 2)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="50 and 100 nodes")
@@ -280,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement (the fastest is reported)")
     ap.add_argument("--ray-budget-s", type=float, default=60.0, help="longest predicted Ray run to start")
     ap.add_argument("--ray-max-nodes", type=int, default=None, help="largest size Ray's scheduler is run at")
+    ap.add_argument("--gc-sizes", type=gc_sizes_arg, default=None,
+                    help=f"plan_gc reservation counts (default {','.join(map(str, GC_SIZES))}; --quick: "
+                         f"{','.join(map(str, GC_QUICK))}; empty: skip part 4)")
+    ap.add_argument("--only-backlog", action="store_true", help="parts 3 and 4 only (the worst pending shapes, plan_gc)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
@@ -289,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or (QUICK if args.quick else FULL)
     policy = ReclaimPolicy(idle_timeout_s=600.0, startup_grace_s=0.0)
     gcl = gang_cluster()
-    rows, comparison = [], []
+    rows, comparison, backlog = [], [], []
     ray_done: dict[str, list[tuple[int, float]]] = {s: [] for s in STATES}
     ray_note: dict[str, str] = {}
     for n in sizes:
@@ -298,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         rc = reclaim_cluster(n)
         snap = with_pending(base, cycle_pgs(n))
         reqs = [GangRequest(name=f"pg-{i}", cluster="rc", bundles=[{"GPU": 1.0}] * 4) for i in range(max(1, n // 10))]
+        backlog += backlog_rows(n, base, rc, policy, gcl, reqs, args.runs)
+        if args.only_backlog:
+            continue
         ix = index_snapshot(snap)
         parts = {"index": lambda: index_snapshot(snap), "reconcile": lambda: reconcile(snap, NOW_S, index=ix),
                  "reclaim": lambda: plan_reclaim(snap, rc, policy, NOW_S, index=ix),
@@ -356,16 +460,22 @@ def main(argv: list[str] | None = None) -> int:
                 if why.startswith("not run: predicted"):
                     ray_note[state] = f"not run: stopped at a smaller size ({why[len('not run: '):]})"
             comparison.append(c)
+    gc_plans = gc_rows(args.gc_sizes if args.gc_sizes is not None else GC_QUICK if args.quick else GC_SIZES, args.runs)
     fits = {key: fit([(r["nodes"], r[f"{key}_ms"]) for r in rows])
             for key in ("index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total", "reference")}
+    for shape in BACKLOGS:
+        mine = [b for b in backlog if b["shape"] == shape]
+        fits[f"{shape}_cycle"] = fit([(b["nodes"], b["cycle_ms"]) for b in mine])
+        fits[f"{shape}_lines"] = fit([(b["nodes"], b["lines"] / 1e3) for b in mine], per="thousand_lines_per_1000_nodes")
+    fits["plan_gc"] = fit([(g["reservations"], g["gc_ms"]) for g in gc_plans], per="ms_per_1000_reservations")
     lines_fit = fit([(r["nodes"], r["lines"] / 1e3) for r in rows], per="thousand_lines_per_1000_nodes")
     plots = []
-    if not args.no_plot:
+    if not args.no_plot and rows:
         plots.append(plot(rows, comparison, "decision_cost_quick.png" if args.quick else "decision_cost.png",
                           f"decision cost per cycle, CPU ms, min of {args.runs} runs (synthetic states)"))
     result = {"benchmark": "decision_cost", "runs": args.runs, "machine": machine(), "data": "synthetic",
-              "ray_budget_s": args.ray_budget_s, "plots": plots, "rows": rows, "comparison": comparison, "fits": fits,
-              "lines_fit": lines_fit}
+              "ray_budget_s": args.ray_budget_s, "plots": plots, "rows": rows, "comparison": comparison,
+              "backlog": backlog, "gc": gc_plans, "fits": fits, "lines_fit": lines_fit}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -383,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     print("  ref = one plain pass reading every pod, Ray node and node once (benchmarks/_decision_reference.py):"
           " this box's cost of touching the data; lines = Python lines the cycle executes (counted, not timed)")
     for key, f in fits.items():
-        if f:
+        if f and "ms_per_1000_nodes" in f and not key.startswith("backlog"):
             print(f"  {key}: {f['ms_per_1000_nodes']:.1f} ms per 1,000 nodes (least squares), "
                   f"log-log exponent {f['loglog_exponent']:.2f} (1.0 = linear)")
     if lines_fit:
@@ -397,6 +507,28 @@ def main(argv: list[str] | None = None) -> int:
     for c in comparison:
         if c["ray_note"]:
             print(f"  {c['nodes']:,} nodes, {c['state']}: Ray {c['ray_note']}")
+    print("\n3. The worst pending shapes: pending PGs asking twice the idle workers' GPUs (CPU and wall ms;"
+          " cycle = part 1's cycle with this backlog)")
+    print_table(backlog, [("nodes", "nodes", "d"), ("shape", "shape", "s"), ("pending_pgs", "pending PGs", "d"),
+                          ("reclaim_ms", "plan_reclaim", ".1f"), ("reclaim_wall_ms", "wall", ".1f"),
+                          ("cycle_ms", "cycle CPU ms", ".1f"), ("cycle_wall_ms", "cycle wall ms", ".1f"),
+                          ("lines_per_node", "lines/node", ".1f"), ("kept_for_pgs", "kept for PGs", "d"),
+                          ("deletes", "deletes", "d"), ("load_avg_1m", "load", ".2f"),
+                          ("load_avg_1m_after", "load after", ".2f")])
+    for b in backlog:
+        if b["search_budget_spent"]:
+            print(f"  {b['nodes']:,} nodes, {b['shape']}: search budget spent: {b['search_budget_spent']}")
+    for shape in BACKLOGS:
+        f, lf = fits[f"{shape}_cycle"], fits[f"{shape}_lines"]
+        if f and lf:
+            print(f"  {shape} cycle: log-log exponent {f['loglog_exponent']:.2f} (CPU), "
+                  f"{lf['loglog_exponent']:.3f} (lines); 1.0 = linear")
+    print("\n4. plan_gc (CPU and wall ms)")
+    print_table(gc_plans, [("reservations", "reservations", "d"), ("gc_ms", "plan_gc", ".1f"),
+                           ("gc_wall_ms", "wall", ".1f"), ("to_release", "to release", "d"),
+                           ("load_avg_1m", "load", ".2f"), ("load_avg_1m_after", "load after", ".2f")])
+    if fits["plan_gc"]:
+        print(f"  plan_gc: log-log exponent {fits['plan_gc']['loglog_exponent']:.2f} (1.0 = linear)")
     for p in plots:
         print(f"plot: {p}")
     return 0

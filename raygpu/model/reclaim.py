@@ -180,6 +180,8 @@ class ReclaimPlan(Frozen):
     freed_k8s_nodes: tuple[str, ...] = ()  # Kubernetes nodes left with no pod of the snapshot
     reclaimed_gpus: float = 0.0
     idle_gpu_s: float = 0.0  # GPU-seconds the deleted workers had sat idle
+    # why the pending-PG searches ran out of budget ('' when they did not): what they could not judge was kept
+    search_budget_spent: str = ""
 
     @property
     def deleted_pods(self) -> tuple[str, ...]:

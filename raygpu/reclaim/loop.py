@@ -126,13 +126,16 @@ class Reclaimer:
         self.metrics.cycle_duration.observe(report.duration_s)
         self.metrics.cycles.labels(report.outcome.value).inc()
         plan = report.plan
-        log.info("cycle", extra={"fields": self._ids({
+        fields = {
             "outcome": report.outcome.value, "mode": report.mode.value if report.mode else None,
             "duration_s": round(report.duration_s, 3), "pods": len(plan.decisions) if plan else None,
             "to_delete": list(report.deleted_pods) if report.outcome is CycleOutcome.APPLIED
             else list(plan.deleted_pods) if plan else [],
             "reclaimable_gpus": plan.reclaimed_gpus if plan else 0.0,
-            "released": list(report.released), "error": report.error})})
+            "released": list(report.released), "error": report.error}
+        if plan is not None and plan.search_budget_spent:  # the budget rule (docs/reliability.md)
+            fields["search_budget_spent"] = plan.search_budget_spent
+        log.info("cycle", extra={"fields": self._ids(fields)})
         return report
 
     # ----------------------------------------------------------------- steps
@@ -326,6 +329,10 @@ class Reclaimer:
         m.idle_gpus.set(idle_gpus)
         m.set_guard(guard_gauges(view.reservations, self._gc_memory.first_seen_s(), now_s))
         m.reclaimable_gpus.set(plan.reclaimed_gpus)
+        if plan.search_budget_spent:  # every idle worker a pending bundle could use was kept
+            m.search_budget_spent.inc()
+            log.warning("search-budget-spent", extra={"fields": self._ids({
+                "mode": mode.value, "detail": plan.search_budget_spent})})
         if self._last_cycle_s is not None and now_s > self._last_cycle_s:
             dt_s = min(now_s - self._last_cycle_s, 5 * self.config.interval_s + self.config.ray_timeout_s)
             m.idle_gpu_seconds.inc(idle_gpus * dt_s)

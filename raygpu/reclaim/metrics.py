@@ -17,6 +17,9 @@ raygpu_reclaim_cycle_duration_seconds          histogram  one observation per cy
 raygpu_reclaim_cycles_total{outcome}           counter    cycles by outcome (see CycleOutcome)
 raygpu_gc_reservations_released_total{reason}  counter    reservations released by the garbage collector
 raygpu_reclaim_invalid_annotations_total       counter    distinct bad annotation values seen
+raygpu_reclaim_search_budget_spent_total       counter    cycles whose pending-PG placement searches ran out of
+                                                          budget (what they could not judge was kept;
+                                                          docs/reliability.md, "The budget rule")
 raygpu_reclaim_warm_target{group}              gauge      idle workers the keep-warm policy keeps in a group
                                                           (idle-timeout auto); absent while on its fallback
 raygpu_guard_waiting_gangs{scope}              gauge      guarded gangs waiting in a starvation-guard scope
@@ -61,6 +64,9 @@ class SidecarMetrics:
                                              "Reservations released by the garbage collector", ["reason"], registry=r)
         self.invalid_annotations = Counter("raygpu_reclaim_invalid_annotations",
                                            "Distinct bad raygpu annotation values seen", registry=r)
+        self.search_budget_spent = Counter("raygpu_reclaim_search_budget_spent",
+                                           "Cycles whose pending-PG placement searches ran out of budget",
+                                           registry=r)
         self.warm_target = Gauge("raygpu_reclaim_warm_target", "Idle workers the keep-warm policy keeps warm",
                                  ["group"], registry=r)
 

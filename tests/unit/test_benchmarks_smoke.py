@@ -71,7 +71,19 @@ def test_decision_cost_quick() -> None:
         assert r["reclaim_deletes"] > 0  # the idle workers were found
         assert r["reference_ms"] > 0 and r["total_over_reference"] > 1  # the cycle does more than read the data
         assert r["lines"] > 100 * r["nodes"] and r["lines_per_node"] == round(r["lines"] / r["nodes"], 1)
-    assert set(result["fits"]) == {"index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total", "reference"}
+    assert set(result["fits"]) == {"index", "reconcile", "reclaim", "gang", "raygpu_total", "gc_on_total", "reference",
+                                   "backlog-2x4_cycle", "backlog-2x4_lines", "backlog-4x8_cycle", "backlog-4x8_lines",
+                                   "plan_gc"}
+    # the worst pending shapes: twice the idle room pending, planned within the search budget
+    assert [(b["nodes"], b["shape"]) for b in result["backlog"]] == [
+        (n, s) for n in (50, 100) for s in ("backlog-2x4", "backlog-4x8")]
+    for b in result["backlog"]:
+        assert b["pending_pgs"] > 0 and b["cycle_ms"] > b["reclaim_ms"] > 0 and b["search_budget_spent"] == ""
+        assert b["lines_per_node"] == round(b["lines"] / b["nodes"], 1)
+    two = [b for b in result["backlog"] if b["shape"] == "backlog-2x4"]
+    assert all(b["kept_for_pgs"] > 0 for b in two)  # half the backlog fits on the idle workers: they stay
+    assert [g["reservations"] for g in result["gc"]] == [100, 200]
+    assert all(g["gc_ms"] > 0 and g["to_release"] == 2 * g["reservations"] // 3 for g in result["gc"])
     assert result["lines_fit"]["loglog_exponent"] <= 1.05  # linear work, counted
     assert result["lines_fit"]["thousand_lines_per_1000_nodes"] > 100  # a count, named as one (not "ms")
     assert [(c["nodes"], c["state"]) for c in result["comparison"]] == [

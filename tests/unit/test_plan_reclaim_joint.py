@@ -67,13 +67,15 @@ def test_pgs_that_cannot_fit_together_keep_only_what_the_first_needs():
 
 
 def test_a_joint_placement_the_planner_cannot_prove_keeps_every_candidate_the_pgs_could_use(monkeypatch):
-    """Out of search budget for the joint search (one try: enough for each PG alone, not for two): neither a
-    placement nor a proof, so every candidate that could host a bundle of a PG that fits alone stays."""
+    """Out of search budget for the joint search (no step beyond one per bundle: enough for each PG alone, not
+    for the joint search, which must move the first PG off the busy worker): neither a placement nor a proof,
+    so every candidate that could host a bundle of a PG that fits alone stays, and the plan says why."""
     import raygpu.plan.reclaim.placement as placement
 
-    monkeypatch.setattr(placement, "BUDGET", 1)
+    monkeypatch.setattr(placement, "BUDGET", 0)
     p = plan(_at_max(3).worker("busy", free_gpus=2, ray_labels={"zone": "a"}).worker("w0", gpus=2, idle_for_s=IDLE)
              .worker("w1", gpus=1, idle_for_s=IDLE)
              .pg_pending([{"GPU": 2}]).pg_pending([{"GPU": 2}], selectors=[{"zone": "a"}]))
     assert p.decision("w0").reason is NEEDED and "cannot prove" in p.decision("w0").detail
     assert p.deleted_pods == ("w1",)
+    assert p.search_budget_spent == "a search of 2 bundles ran past its 2 steps"

@@ -22,10 +22,15 @@ Three passes:
    and keeps the candidates it uses. If the search proves there is none, the
    PG protects nothing; if it runs out of budget, every candidate that could
    take one of its bundles stays: what cannot be proved safe is not deleted.
+   PGs of one shape (``plan.placement.signature``) share one answer.
 3. **Together** (``plan.together``, when two or more PGs have unplaced
    bundles): greedily in Ray's order (rescheduling first, then by id), the PGs
    that can be placed together now can still all be placed together on what
    stays.
+
+The searches of passes 2 and 3 share one budget per cycle (``plan.placement.Steps``, ``steps`` placement
+steps). When it runs out, nothing more is proved: every candidate that could take a bundle of a pending PG
+stays (those are the nodes the index holds), and ``PendingNeeds.budget_spent`` says why.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
-from raygpu.plan.reclaim.placement import UNKNOWN, Unit, could_host, find_placement, units
+from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement, units
 from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
@@ -76,19 +81,30 @@ class Growth:
     labels: dict[str, str]
 
 
+class PendingNeeds(NamedTuple):
+    """Pod name -> why it stays, and why the search budget ran out ('' when it did not)."""
+
+    needed: dict[str, str]
+    budget_spent: str = ""
+
+
 def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, Host],
                           candidates: dict[str, Candidate], spare: dict[str, int],
-                          growth: list[Growth]) -> dict[str, str]:
-    """Pod name -> why, for every candidate a pending or rescheduling PG needs (see the module docstring).
+                          growth: list[Growth], *, steps: Steps | None = None) -> PendingNeeds:
+    """Every candidate a pending or rescheduling PG needs, by pod name, with why (see the module docstring).
 
     ``hosts``: every counted node by id (candidates included); ``candidates`` by node id; ``spare``: per
-    group, candidates the group minimum keeps anyway (> 0: prefer them); ``growth`` in spec order.
+    group, candidates the group minimum keeps anyway (> 0: prefer them); ``growth`` in spec order;
+    ``steps``: the searches' budget (default: ``plan.placement.CYCLE_STEPS`` placement steps).
     """
+    budget = Steps() if steps is None else steps
     pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
     if not candidates or not pending:
-        return {}  # only candidates are ever needed
+        return PendingNeeds({})  # only candidates are ever needed
     spare = dict(spare)
-    us = [units(pg) for pg in pending]
+    shapes = Shapes()
+    # pass 1 changes the units of a STRICT_SPREAD PG (its exclusions): those get their own, the others share
+    us = [units(pg) if pg.strategy == "STRICT_SPREAD" else shapes.of(pg)[0] for pg in pending]
     start = _index(hosts, candidates, [u for pg_units in us for u in pg_units])
     needed, placed = _simulate(pending, us, hosts, start.copy(), candidates, spare,
                                {g.name: g.slots for g in growth}, growth)
@@ -96,11 +112,19 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     # their bucket's key, unchanged: only the role moves)
     for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
         start.move(nid, start.free[nid], FREE, start.free_key(nid))
-    index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed)
-    if sum(1 for pg_units in us if pg_units) > 1:
+    index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget,
+                   shapes)
+    if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
         prove_together(pending, placed, index.copy(), index, candidates, spare, needed,
-                       lambda: [hosts[n].available for n in sorted(hosts)])
-    return needed
+                       lambda: [hosts[n].available for n in sorted(hosts)], budget, shapes)
+    if budget.exhausted:  # nothing is proved: every candidate that could take a pending bundle stays
+        why = f"the planner ran out of search budget ({budget.spent}): it cannot prove the pending placement " \
+              f"groups fit without it"
+        for nid in sorted(index.free):
+            c = candidates.get(nid)
+            if c is not None and c.pod_name not in needed:
+                needed[c.pod_name] = why
+    return PendingNeeds(needed, budget.spent)
 
 
 def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], shapes: list[Unit]) -> FreeIndex:
@@ -141,17 +165,27 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
     """Pass 1 on ``index`` (every counted node that could take a unit, candidates in role ``cand``; changed):
     (pod name -> why, id -> the node of each unit for the PGs it placed entirely on nodes that now stay,
     placed one after the other in id order). ``units_of``: the units of each PG (changed: STRICT_SPREAD
-    exclusions)."""
+    exclusions; the units of other PGs of one shape are one list). A backlog makes a memo worth it: a
+    demand nothing takes now stays so while the index only shrinks."""
     later = _LaterIndex(hosts)
     needed: dict[str, str] = {}
     placed: dict[str, list[str]] = {}
+    # (demand, selectors) no node takes now, whatever a unit's exclusions (cleared when a PG gives its nodes
+    # back); the key of each unit, by its id (the units live through the call)
+    nothing_now: set[tuple] = set()
+    key_of: dict[int, tuple] = {}
     for pg, us in zip(pending, units_of):
         undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
         pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
         unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
         for u in us:
-            nid, picked = _pick(index, u, spare)
+            key = key_of.get(id(u))
+            if key is None:
+                key = key_of[id(u)] = (tuple(u.demand.items()), tuple(tuple(s.items()) for s in u.selectors))
+            nid, picked = (None, False) if key in nothing_now else _pick(index, u, spare)
             if nid is None:
+                if u.allowed is None and not u.excluded:
+                    nothing_now.add(key)
                 # nothing free now: a busy node that stays may free up later (judged on its total), else
                 # only a new worker can take it
                 wait = later.first(u, pg_total)
@@ -174,6 +208,7 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
             if pg.strategy == "STRICT_SPREAD":
                 u.excluded.add(nid)
         if unplaced and not _growth_fits(unplaced, growth, slots, pg.strategy):
+            nothing_now.clear()  # what it gives back may take a unit that found nothing
             for nid, demand, pod in reversed(undo):  # it cannot be placed: keep nothing for it
                 free = index.free[nid]
                 role = CAND if pod is not None else index.role[nid]
@@ -218,11 +253,13 @@ class _LaterIndex:
     """Counted nodes by (labels, total), ids sorted: the first that could take a unit once its work ends.
 
     Grouped when first asked (a cycle whose units all fit free capacity never asks), by the items as they
-    come: two groups of one shape give the same answer as one (the lowest id of their firsts)."""
+    come: two groups of one shape give the same answer as one (the lowest id of their firsts). Totals do not
+    change, so an answer is kept for every later question alike (a backlog asks the same thousands of times)."""
 
     def __init__(self, hosts: dict[str, Host]) -> None:
         self._hosts = hosts
         self._by_shape: list[tuple[dict[str, str], dict[str, float], list[str]]] | None = None
+        self._answers: dict[tuple, str | None] = {}
 
     @property
     def _groups(self) -> list[tuple[dict[str, str], dict[str, float], list[str]]]:
@@ -235,6 +272,15 @@ class _LaterIndex:
         return self._by_shape
 
     def first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
+        # by the unit object (its demand, selectors and allowed nodes never change; it lives through the
+        # cycle), what its exclusions are now, and what its PG took where
+        key = (id(u), tuple(sorted(u.excluded)) if u.excluded else (),
+               tuple(sorted((n, tuple(sorted(d.items()))) for n, d in pg_total.items())) if pg_total else ())
+        if key not in self._answers:
+            self._answers[key] = self._first(u, pg_total)
+        return self._answers[key]
+
+    def _first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
         def ok(nid: str) -> bool:
             h = self._hosts[nid]
             left = {k: v - pg_total.get(nid, {}).get(k, 0.0) for k, v in h.total.items()}
@@ -249,15 +295,27 @@ class _LaterIndex:
         return min((n for n in best if n is not None), default=None)
 
 
-def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str]) -> FreeIndex:
+def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str], budget: Steps,
+           shapes: Shapes) -> FreeIndex:
     """Pass 2 on ``index`` (every counted node on its free resources now, role ``free`` if it stays; changed):
-    make every PG that can be placed now placeable on what stays (adds to ``needed``); returns ``index``."""
+    make every PG that can be placed now placeable on what stays (adds to ``needed``); returns ``index``.
+
+    PGs of one signature share the answer: a placement on what stays stays one (the pass only turns
+    candidates into nodes that stay), and no placement on all counted nodes stays none (their free resources
+    do not change)."""
+    settled: set[tuple] = set()  # signatures placeable on what stays, or on nothing
     for pg in pending:
-        us = units(pg)
-        if not us or find_placement(us, index, spare, candidates_too=False) not in (None, UNKNOWN):
+        if budget.exhausted:
+            break
+        us, sig = shapes.of(pg)
+        if not us or sig in settled:
             continue
-        found = find_placement(us, index, spare, candidates_too=True)
+        if find_placement(us, index, spare, candidates_too=False, steps=budget) not in (None, UNKNOWN):
+            settled.add(sig)
+            continue
+        found = find_placement(us, index, spare, candidates_too=True, steps=budget)
         if found is None:
+            settled.add(sig)
             continue  # proved: it cannot be placed now, with or without the candidates
         if found is UNKNOWN:
             keep = could_host(index, us)
@@ -265,6 +323,7 @@ def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str])
         else:
             keep = {n for n in found if index.role[n] == CAND}
             tail = " now"
+        settled.add(sig)  # what it could use now stays
         for nid in sorted(keep):
             needed[candidates[nid].pod_name] = _why(pg, tail)
             spare[candidates[nid].group] -= 1

@@ -33,6 +33,7 @@ from raygpu.model.views import K8sPodView, PgState, PlacementGroupView, RayNodeV
 from raygpu.plan.common.index import RayJoin, join_ray
 from raygpu.plan.reclaim.occupants import GONE_PHASES, candidate_ranks, count_others, defrag_keys, occupants_of, staying_on_node
 from raygpu.plan.reclaim.pending import Growth, needed_by_pending_pgs
+from raygpu.plan.reclaim.placement import Steps
 
 if TYPE_CHECKING:
     from raygpu.plan.doctor.checks_index import SnapshotIndex
@@ -57,7 +58,7 @@ _WORKER_NAME = itemgetter(4)  # _Worker.name
 
 
 def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPolicy, now_s: float, *,
-                 index: SnapshotIndex | None = None) -> ReclaimPlan:
+                 index: SnapshotIndex | None = None, search_steps: int | None = None) -> ReclaimPlan:
     """Plan the scale-down of ``cluster``'s idle workers as of ``now_s``.
 
     Returns a plan with one decision per pod of the cluster and one
@@ -72,7 +73,13 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
     ``index``: ``plan.doctor.checks_index.index_snapshot(snapshot)`` when the cycle has it already (it reads the index's
     ``RayJoin``: Ray's live nodes by pod name); else that join is built here.
+
+    ``search_steps``: the budget of the pending-PG step's placement searches, in placement steps (one bundle
+    put on one node; ``plan.placement.CYCLE_STEPS`` when None); when it runs out, every idle worker a pending
+    bundle could use is kept and the plan's ``search_budget_spent`` says why (docs/reliability.md, "The
+    budget rule"). Raises ``ValueError`` when it is not an int >= 0.
     """
+    steps = Steps(search_steps)
     ns = cluster.namespace
     groups: dict[str, GroupTemplate] = {}  # by name, the first of a name as cluster.group() finds it
     for g in cluster.worker_groups:
@@ -189,12 +196,13 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     # only on a Ray node whose pod exists and is not on its way out. It reads step 4's
     # headroom to prefer candidates the group minimum keeps anyway.
     pending, headroom = _headroom(cluster, decisions)
+    budget_spent = ""
     if candidates and pending_pgs:
-        needed = needed_by_pending_pgs(snapshot.ray.placement_groups, hosts,
-                                       candidate_ranks([w for w in candidates if w.name not in drained],
-                                                   occupants),
-                                       _spare(candidates, headroom),
-                                       _growth(cluster))
+        needed, budget_spent = needed_by_pending_pgs(snapshot.ray.placement_groups, hosts,
+                                                     candidate_ranks([w for w in candidates if w.name not in drained],
+                                                                     occupants),
+                                                     _spare(candidates, headroom),
+                                                     _growth(cluster), steps=steps)
         for w in candidates:
             if w.name in needed:
                 keep(w, R.NEEDED_BY_PENDING_PG, needed[w.name])
@@ -256,6 +264,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         freed_k8s_nodes=tuple(freed),
         reclaimed_gpus=sum(w.node.gpu_total for w in deleted if w.node),
         idle_gpu_s=sum(w.node.gpu_total * (w.idle_for_s or 0.0) for w in deleted if w.node),
+        search_budget_spent=budget_spent,
     )
     # every pod has its fields by now, in name order; made Decisions here, and not validated once more one
     # by one inside the plan (model_copy does not validate: they are Decisions already)
