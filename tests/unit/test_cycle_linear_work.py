@@ -86,7 +86,6 @@ def test_the_whole_cycle_with_a_backlog_executes_lines_linear_in_nodes(state):
     assert all(r <= MAX_RATIO for r in _ratios(counts)), (state, BACKLOG_SIZES, counts)
 
 
-@pytest.mark.xfail(strict=True, reason="plan_gc quadratic until h12/liveness merges")
 def test_plan_gc_executes_lines_linear_in_reservations():
     """Reservations each with their own worker group (``bench_decision_cost.gc_state``): plan_gc finds each
     reservation's group without a walk over the cluster's groups."""
