@@ -23,6 +23,7 @@ def test_passes(keep_on_failure, tmp_path):
 
 def test_a_failed_test_keeps_every_file_and_the_report_names_each_with_its_tail(pytester):
     pytester.makeconftest("pytest_plugins = ['raygpu.testing.pytest_plugin']")
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_demo=DEMO)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
