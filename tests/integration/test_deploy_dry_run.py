@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from raygpu.testing import components

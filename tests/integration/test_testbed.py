@@ -9,6 +9,7 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
 from kubernetes import client
 
 from raygpu.testing import components
