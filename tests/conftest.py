@@ -14,3 +14,15 @@ def _raygpu_logger_restored():
     saved = (root.handlers[:], root.level, root.propagate)
     yield
     root.handlers[:], root.level, root.propagate = saved
+
+
+@pytest.fixture
+def no_contact(monkeypatch):
+    """Fail the test if a command builds a Kubernetes client."""
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("contacted Kubernetes before checking its input")
+    monkeypatch.setattr("raygpu.adapters.kube.KubeAdapter.__init__", refuse)
+    return calls

@@ -12,18 +12,6 @@ import pytest
 from raygpu.cli import main
 
 
-@pytest.fixture
-def no_contact(monkeypatch):
-    """Fail the test if a command builds a Kubernetes client."""
-    calls = []
-
-    def refuse(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("contacted Kubernetes before checking its input")
-    monkeypatch.setattr("raygpu.adapters.kube.KubeAdapter.__init__", refuse)
-    return calls
-
-
 def _usage_error(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exc:
         main(argv)

@@ -12,17 +12,6 @@ import pytest
 from raygpu.gang import finisher
 
 
-@pytest.fixture
-def no_contact(monkeypatch):
-    calls = []
-
-    def refuse(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("contacted Kubernetes before checking its input")
-    monkeypatch.setattr("raygpu.adapters.kube.KubeAdapter.__init__", refuse)
-    return calls
-
-
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e9"])
 def test_a_drain_timeout_that_is_not_finite_or_out_of_range_is_refused(value, capsys, no_contact):
     code = finisher.main(["--namespace", "ns", "--cluster", "c", "--reservation", "c-rg-x",
