@@ -118,6 +118,9 @@ def test_the_sidecars_failed_lost_and_hung_patches_never_touch_the_gang(env, kub
         assert (got.status, got.upstream_status) == (500, 200), got  # it landed; the sidecar heard it failed
         wait_for("the idle worker deleted by the patch whose answer was lost",
                  lambda: _workers(env.core, env.ns, "small") == [], 60)
+        # The proxy forwards the lost patch, then answers 500: KubeRay may delete the worker before the sidecar
+        # has read that answer and logged its third patch, so wait for the line before judging it.
+        side.wait("the sidecar logs its third patch", lambda: len(side.records("patch")) >= 3, 30)
         assert [r["status"] for r in side.records("patch")][:3] == ["failed"] * 3, side.records("patch")
         landed = [s for s in env.side.log if s.verb == "PATCH" and s.upstream_status == 200]
         assert len(landed) == 1 and not any(p.encode() in s.body for s in landed for p in gang.pods), landed
