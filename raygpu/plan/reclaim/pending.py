@@ -42,7 +42,7 @@ from operator import attrgetter, lt, not_
 from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
-from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
+from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, demand_shape, fits, matches_all
 from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement
 from raygpu.plan.reclaim.together import prove_together
 
@@ -111,7 +111,7 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     # pass 2's index: the candidates pass 1 needs stay, the others may go (their free resources, and so
     # their bucket's key, unchanged: only the role moves)
     for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
-        start.move(nid, start.free[nid], FREE, start.free_key(nid))
+        start.set_role(nid, FREE)
     index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget,
                    shapes)
     if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
@@ -191,8 +191,8 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
             excl = u.excluded if spread_excl is None else spread_excl
             key = key_of.get(id(u))
             if key is None:
-                key = key_of[id(u)] = (tuple(u.demand.items()), tuple(tuple(s.items()) for s in u.selectors))
-            nid, picked = (None, False) if key in nothing_now else _pick(index, u, excl, spare)
+                key = key_of[id(u)] = demand_shape(u.demand, u.selectors)
+            nid, picked = (None, False) if key in nothing_now else _pick(index, u, key, excl, spare)
             if nid is None:
                 if u.allowed is None and not excl:
                     nothing_now.add(key)
@@ -211,8 +211,7 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
                 pod = candidates[nid].pod_name
                 needed[pod] = _why(pg)
                 spare[candidates[nid].group] -= 1
-            free = index.free[nid]
-            index.move(nid, {k: free.get(k, 0.0) - u.demand.get(k, 0.0) for k in set(free) | set(u.demand)}, FREE)
+            index.less(nid, u.demand, FREE)
             pg_total[nid] = _plus(pg_total.get(nid, {}), u.demand)
             undo.append((nid, u.demand, pod))
             if spread_excl is not None:
@@ -234,10 +233,12 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
     return needed, placed
 
 
-def _pick(index: FreeIndex, u: Unit, excluded: set[str], spare: dict[str, int]) -> tuple[str | None, bool]:
+def _pick(index: FreeIndex, u: Unit, shape: tuple, excluded: set[str], spare: dict[str, int]
+          ) -> tuple[str | None, bool]:
     """(node, is a candidate newly needed): a node that stays first (least free GPU, then id), else the
     candidate the reclaimer least wants to delete; (None, False) when nothing takes the unit now.
-    ``excluded``: the nodes the unit must not use (``u.excluded``, or its STRICT_SPREAD PG's so far)."""
+    ``shape``: ``demand_shape`` of the unit; ``excluded``: the nodes it must not use (``u.excluded``, or its
+    STRICT_SPREAD PG's so far)."""
     if u.allowed is not None:  # STRICT_PACK with placed bundles: only their nodes, a handful
         hosts = [n for n in sorted(u.allowed) if n in index.free and n not in excluded
                  and fits(u.demand, index.free[n]) and matches_all(u.selectors, index.labels[n])]
@@ -247,20 +248,7 @@ def _pick(index: FreeIndex, u: Unit, excluded: set[str], spare: dict[str, int]) 
         if hosts:
             return min(hosts, key=lambda n: (spare[index.group[n]] <= 0, index.rank[n])), True
         return None, False
-    best_free, best_cand = None, None
-    for bucket in index.buckets(u.demand, u.selectors):
-        nid = index.best_free(bucket, excluded)
-        if nid is not None:
-            key = (bucket.free.get("GPU", 0.0), nid)
-            best_free = key if best_free is None or key < best_free else best_free
-        for rank, cid in index.best_cands(bucket, excluded):
-            key = (spare[index.group[cid]] <= 0, rank)
-            best_cand = (key, cid) if best_cand is None or key < best_cand[0] else best_cand
-    if best_free is not None:
-        return best_free[1], False
-    if best_cand is not None:
-        return best_cand[1], True
-    return None, False
+    return index.pick(u.demand, u.selectors, excluded, spare, shape)
 
 
 class _LaterIndex:
@@ -343,7 +331,7 @@ def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str],
         for nid in sorted(keep):
             needed[candidates[nid].pod_name] = _why(pg, tail)
             spare[candidates[nid].group] -= 1
-            index.move(nid, index.free[nid], FREE)
+            index.set_role(nid, FREE)
     return index
 
 

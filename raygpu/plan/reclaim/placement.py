@@ -187,10 +187,8 @@ def find_placement(us: list[Unit], index: FreeIndex, spare: dict[str, int], *, c
         return [n for _, n in out]
 
     def take(j: int, n: str) -> None:
-        have, u = index.free[n], us[j]
-        undo.append((n, have, index.free_key(n)))
-        index.move(n, {k: have.get(k, 0.0) - u.demand.get(k, 0.0) for k in set(have) | set(u.demand)},
-                   index.role[n])
+        undo.append((n, index.free[n], index.free_key(n)))
+        index.less(n, us[j].demand)
         path.append(n)
 
     def give_back() -> None:

@@ -65,8 +65,8 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
                 c = candidates[nid]
                 needed[c.pod_name] = why
                 spare[c.group] -= 1
-                cur.move(nid, cur.free[nid], FREE)
-                base.move(nid, base.free[nid], FREE)
+                cur.set_role(nid, FREE)
+                base.set_role(nid, FREE)
 
     asked = _Asked(base, supply_of)  # what ``taken`` asks, for the room tests
     for pg in order:
@@ -284,8 +284,11 @@ def _holds(asks: dict[str, float], free: dict[str, float]) -> int:
 def _commit(index: FreeIndex, us: list[Unit], nodes: list[str], sign: float) -> None:
     """Take (``sign`` 1) or give back (-1) the units' demand on their nodes."""
     for u, n in zip(us, nodes):
+        if sign > 0:
+            index.less(n, u.demand)
+            continue
         free = index.free[n]
-        index.move(n, {k: free.get(k, 0.0) - sign * u.demand.get(k, 0.0) for k in set(free) | set(u.demand)},
+        index.move(n, {k: free.get(k, 0.0) + u.demand.get(k, 0.0) for k in set(free) | set(u.demand)},
                    index.role[n])
 
 
