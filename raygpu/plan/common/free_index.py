@@ -294,4 +294,4 @@ class FreeIndex:
 
 def demand_shape(demand: dict[str, float], selectors: list[dict[str, str]]) -> tuple:
     """A bundle's demand and label selectors as one hashable key (their items as they come)."""
-    return tuple(demand.items()), tuple(tuple(s.items()) for s in selectors)
+    return tuple(demand.items()), tuple(map(tuple, map(dict.items, selectors)))

@@ -47,7 +47,7 @@ from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_ho
 from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
-_AVAILABLE = attrgetter("available")
+_AVAILABLE, _LABELS, _TOTAL = attrgetter("available"), attrgetter("labels"), attrgetter("total")
 
 
 class Host(Protocol):
@@ -185,7 +185,9 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
         # exclusions (its units share one set, the nodes of its placed bundles)
         spread_excl = set(us[0].excluded) if us and pg.strategy == "STRICT_SPREAD" else None
         undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
-        pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
+        # node -> what this PG's units took of it, on totals: made from ``undo`` when a unit first waits
+        pg_total: dict[str, dict[str, float]] | None = None
+        why = None  # this PG's reason, for the candidates it needs
         unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
         for u in us:
             excl = u.excluded if spread_excl is None else spread_excl
@@ -198,6 +200,10 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
                     nothing_now.add(key)
                 # nothing free now: a busy node that stays may free up later (judged on its total), else
                 # only a new worker can take it
+                if pg_total is None:
+                    pg_total = {}
+                    for nid, demand, _ in undo:
+                        pg_total[nid] = _plus(pg_total.get(nid, {}), demand)
                 wait = later.first(u, excl, pg_total)
                 if wait is not None:
                     pg_total[wait] = _plus(pg_total.get(wait, {}), u.demand)
@@ -209,10 +215,11 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
             pod = None
             if picked:
                 pod = candidates[nid].pod_name
-                needed[pod] = _why(pg)
+                needed[pod] = why = why or _why(pg)
                 spare[candidates[nid].group] -= 1
             index.less(nid, u.demand, FREE)
-            pg_total[nid] = _plus(pg_total.get(nid, {}), u.demand)
+            if pg_total is not None:
+                pg_total[nid] = _plus(pg_total.get(nid, {}), u.demand)
             undo.append((nid, u.demand, pod))
             if spread_excl is not None:
                 spread_excl.add(nid)
@@ -267,8 +274,11 @@ class _LaterIndex:
     def _groups(self) -> list[tuple[dict[str, str], dict[str, float], list[str]]]:
         if self._by_shape is None:
             groups: dict[tuple, list[str]] = defaultdict(list)
-            for nid, h in self._hosts.items():
-                groups[(tuple(h.labels.items()), tuple(h.total.items()))].append(nid)
+            hosts = self._hosts.values()  # each node's key made in C, one append each in Python
+            keys = zip(map(tuple, map(dict.items, map(_LABELS, hosts))),
+                       map(tuple, map(dict.items, map(_TOTAL, hosts))))
+            for key, nid in zip(keys, self._hosts):
+                groups[key].append(nid)
             self._by_shape = [(self._hosts[ids[0]].labels, self._hosts[ids[0]].total, sorted(ids))
                               for ids in groups.values()]
         return self._by_shape

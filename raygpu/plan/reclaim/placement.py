@@ -115,8 +115,8 @@ class Shapes:
         got = self._by_pg.get(id(pg))
         if got is not None:
             return got
-        key = (pg.strategy, tuple(tuple(b.items()) for b in pg.bundles),
-               tuple(tuple(s.items()) for s in pg.bundle_label_selectors), pg.bundle_node_ids)
+        key = (pg.strategy, tuple(map(tuple, map(dict.items, pg.bundles))),
+               tuple(map(tuple, map(dict.items, pg.bundle_label_selectors))), pg.bundle_node_ids)
         got = self._by_key.get(key)
         if got is None:
             us = units(pg)
