@@ -63,8 +63,9 @@ class _Bucket:
 class FreeIndex:
     """Nodes by shape (labels, free resources) and role; see the module docstring.
 
-    ``add``/``move`` place a node; ``best_free`` and ``best_cand`` answer "which node of this role takes
-    this demand", honouring an exclusion set (small: the nodes of one placement group). A heap entry is
+    ``add``/``move`` place a node (``less``: on its free resources less a demand, ``set_role``: on them as they
+    are); ``best_free`` and ``best_cands`` answer "which node of this role takes this demand", honouring an
+    exclusion set (small: the nodes of one placement group), and ``pick`` asks both of every bucket at once. A heap entry is
     current while its node is in that bucket with that role; a node that comes back to a bucket may
     have two current entries there, which changes no answer (the same node, the same rank). Per node the
     index keeps no object of its own but its candidate rank entry: bucket keys are shared, free heaps hold
@@ -83,6 +84,9 @@ class FreeIndex:
         # (demand items, selectors' items) -> a small id, for the buckets' memo of what their shape takes:
         # facts about a shape, so shared with every copy (as the buckets' memos are)
         self._shape_ids: dict[tuple, int] = {}
+        # (free key, demand items) -> (free less demand, its key): nodes of one bucket have equal free
+        # resources, so what a demand leaves of them is worked out once (a fact, shared with every copy)
+        self._less: dict[tuple, tuple[dict[str, float], tuple]] = {}
 
     @classmethod
     def build(cls, rows: Iterable[tuple[str, dict[str, str], dict[str, float], str, str, tuple, tuple[tuple, tuple]]]
@@ -153,18 +157,19 @@ class FreeIndex:
         out._buckets = {k: _Bucket(b.key, b.labels, b.free, b.live, list(b.free_heap),
                                    {g: list(h) for g, h in b.cand_heaps.items()}, b.takes)
                         for k, b in self._buckets.items()}
-        out._shape_ids = self._shape_ids
+        out._shape_ids, out._less = self._shape_ids, self._less
         out._where, out._label_key = dict(self._where), dict(self._label_key)
         out.labels, out.free, out.role = dict(self.labels), dict(self.free), dict(self.role)
         out.group, out.rank = dict(self.group), dict(self.rank)
         return out
 
-    def buckets(self, demand: dict[str, float], selectors: list[dict[str, str]]):
+    def buckets(self, demand: dict[str, float], selectors: list[dict[str, str]], shape: tuple | None = None):
         """The live buckets whose shape takes ``demand`` and matches every selector.
 
         A bucket's shape never changes, so each bucket judges each demand shape once (``_Bucket.takes``):
-        a query costs one look per bucket, not a fit and a selector match."""
-        key = (tuple(demand.items()), tuple(tuple(s.items()) for s in selectors))
+        a query costs one look per bucket, not a fit and a selector match. ``shape``: ``demand_shape(demand,
+        selectors)`` when the caller has it."""
+        key = demand_shape(demand, selectors) if shape is None else shape
         sid = self._shape_ids.get(key)
         if sid is None:
             sid = self._shape_ids[key] = len(self._shape_ids)
@@ -177,19 +182,65 @@ class FreeIndex:
                 out.append(b)
         return out
 
+    def set_role(self, node_id: str, role: str) -> None:
+        """``move`` to ``role`` on the node's free resources as they are."""
+        self.move(node_id, self.free[node_id], role, self._where[node_id][1])
+
+    def less(self, node_id: str, demand: dict[str, float], role: str | None = None) -> None:
+        """``move`` the node to its free resources less ``demand`` (per resource of either, a missing one
+        counting 0), to ``role`` (None: its own). What is left is worked out once per (free resources,
+        demand): free maps are never changed in place, so the nodes of one bucket share it."""
+        free_key = self._where[node_id][1]
+        key = (free_key, tuple(demand.items()))
+        got = self._less.get(key)
+        if got is None:
+            free = self.free[node_id]
+            left = {k: free.get(k, 0.0) - demand.get(k, 0.0) for k in set(free) | set(demand)}
+            got = self._less[key] = (left, tuple(sorted(left.items())))
+        self.move(node_id, got[0], self.role[node_id] if role is None else role, got[1])
+
+    def pick(self, demand: dict[str, float], selectors: list[dict[str, str]], skip: set[str] | frozenset[str],
+             spare: dict[str, int], shape: tuple | None = None) -> tuple[str | None, bool]:
+        """(node, is a candidate) for a bundle of ``demand`` and ``selectors``, not in ``skip``: of the buckets
+        that take it, the node of role ``free`` with the fewest free GPUs, then the lowest id; else the
+        candidate of the least (its group's ``spare`` <= 0, rank); (None, False) when none takes it.
+
+        ``best_free`` and ``best_cands`` over ``buckets``, in one pass (``plan.pending``'s simulation asks once
+        per bundle); candidates are not looked at once a node of role ``free`` is found."""
+        best_free = best_cand = None
+        group_of = self.group
+        for b in self.buckets(demand, selectors, shape):
+            nid = self._top_free(b, skip)
+            if nid is not None:
+                key = (b.free.get("GPU", 0.0), nid)
+                if best_free is None or key < best_free:
+                    best_free = key
+            elif best_free is None:
+                for g, heap in b.cand_heaps.items():
+                    top = self._top_cand(b, heap, g, skip)
+                    if top is not None:
+                        key = (spare[group_of[top[1]]] <= 0, top[0])
+                        if best_cand is None or key < best_cand[0]:
+                            best_cand = (key, top[1])
+        if best_free is not None:
+            return best_free[1], False
+        if best_cand is not None:
+            return best_cand[1], True
+        return None, False
+
     def _current(self, bucket: _Bucket, node: str, role: str) -> bool:
         return self._where.get(node) is bucket.key and self._buckets.get(bucket.key) is bucket \
             and self.role[node] == role
 
     def best_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
         """The lowest node id of the bucket's free role not in ``skip``."""
-        return self._top(bucket, bucket.free_heap, skip, FREE, lambda e: e)
+        return self._top_free(bucket, skip)
 
     def best_cands(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> list[tuple[tuple, str]]:
         """Per group, the most preferred candidate of the bucket not in ``skip``: [(rank, node id)]."""
         out = []
         for group, heap in bucket.cand_heaps.items():
-            top = self._top(bucket, heap, skip, CAND, lambda e: e[1], group)
+            top = self._top_cand(bucket, heap, group, skip)
             if top:
                 out.append(top)
         return out
@@ -199,21 +250,48 @@ class FreeIndex:
         return sorted({e[1] for g, heap in bucket.cand_heaps.items() for e in heap
                        if self._current(bucket, e[1], CAND) and self.group[e[1]] == g})
 
-    def _top(self, bucket: _Bucket, heap: list, skip, role: str, node_of, group: str | None = None):
-        """The first current entry of ``heap`` whose node is not in ``skip`` (stale entries are dropped)."""
+    def _top_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
+        """The first current entry of the bucket's free heap not in ``skip`` (stale entries are dropped)."""
+        heap, key, where, role = bucket.free_heap, bucket.key, self._where, self.role
+        live = self._buckets.get(key) is bucket
+        held = []
+        found = None
+        while heap:
+            node = heap[0]
+            if not live or where.get(node) is not key or role[node] != FREE:
+                heapq.heappop(heap)  # stale: the node moved since
+            elif node in skip:
+                held.append(heapq.heappop(heap))
+            else:
+                found = node
+                break
+        for entry in held:
+            heapq.heappush(heap, entry)
+        return found
+
+    def _top_cand(self, bucket: _Bucket, heap: list[tuple[tuple, str]], group: str,
+                  skip: set[str] | frozenset[str]) -> tuple[tuple, str] | None:
+        """The first current entry (rank, node id) of the bucket's candidate heap of ``group`` not in ``skip``
+        (stale entries are dropped)."""
+        key, where, role, group_of = bucket.key, self._where, self.role, self.group
+        live = self._buckets.get(key) is bucket
         held = []
         found = None
         while heap:
             entry = heap[0]
-            node = node_of(entry)
-            if not self._current(bucket, node, role) or (group is not None and self.group[node] != group):
+            node = entry[1]
+            if not live or where.get(node) is not key or role[node] != CAND or group_of[node] != group:
                 heapq.heappop(heap)  # stale: the node moved since
-                continue
-            if node in skip:
+            elif node in skip:
                 held.append(heapq.heappop(heap))
-                continue
-            found = entry
-            break
+            else:
+                found = entry
+                break
         for entry in held:
             heapq.heappush(heap, entry)
         return found
+
+
+def demand_shape(demand: dict[str, float], selectors: list[dict[str, str]]) -> tuple:
+    """A bundle's demand and label selectors as one hashable key (their items as they come)."""
+    return tuple(demand.items()), tuple(map(tuple, map(dict.items, selectors)))

@@ -42,12 +42,12 @@ from operator import attrgetter, lt, not_
 from typing import NamedTuple, Protocol
 
 from raygpu.model.views import PgState, PlacementGroupView
-from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits, matches_all
-from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement, units
+from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, demand_shape, fits, matches_all
+from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement
 from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
-_AVAILABLE = attrgetter("available")
+_AVAILABLE, _LABELS, _TOTAL = attrgetter("available"), attrgetter("labels"), attrgetter("total")
 
 
 class Host(Protocol):
@@ -103,15 +103,15 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
         return PendingNeeds({})  # only candidates are ever needed
     spare = dict(spare)
     shapes = Shapes()
-    # pass 1 changes the units of a STRICT_SPREAD PG (its exclusions): those get their own, the others share
-    us = [units(pg) if pg.strategy == "STRICT_SPREAD" else shapes.of(pg)[0] for pg in pending]
-    start = _index(hosts, candidates, [u for pg_units in us for u in pg_units])
+    # the PGs of one shape share their units (pass 1 keeps a STRICT_SPREAD PG's exclusions aside, never in them)
+    us = [shapes.of(pg)[0] for pg in pending]
+    start = _index(hosts, candidates, [u for pg_units in {id(x): x for x in us}.values() for u in pg_units])
     needed, placed = _simulate(pending, us, hosts, start.copy(), candidates, spare,
                                {g.name: g.slots for g in growth}, growth)
     # pass 2's index: the candidates pass 1 needs stay, the others may go (their free resources, and so
     # their bucket's key, unchanged: only the role moves)
     for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
-        start.move(nid, start.free[nid], FREE, start.free_key(nid))
+        start.set_role(nid, FREE)
     index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget,
                    shapes)
     if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
@@ -164,51 +164,68 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
               growth) -> tuple[dict[str, str], dict[str, list[str]]]:
     """Pass 1 on ``index`` (every counted node that could take a unit, candidates in role ``cand``; changed):
     (pod name -> why, id -> the node of each unit for the PGs it placed entirely on nodes that now stay,
-    placed one after the other in id order). ``units_of``: the units of each PG (changed: STRICT_SPREAD
-    exclusions; the units of other PGs of one shape are one list). A backlog makes a memo worth it: a
-    demand nothing takes now stays so while the index only shrinks."""
+    placed one after the other in id order). ``units_of``: the units of each PG, one list shared by the PGs
+    of one shape and not changed (a STRICT_SPREAD PG's exclusions grow in a set of its own).
+
+    A backlog makes memos worth it: a demand nothing takes now stays so while the index only shrinks, and
+    so does a PG of which every unit waits for a busy node (the same answers, on totals that never change):
+    the next PG of its shape would do exactly that again, so it is passed over."""
     later = _LaterIndex(hosts)
     needed: dict[str, str] = {}
     placed: dict[str, list[str]] = {}
-    # (demand, selectors) no node takes now, whatever a unit's exclusions (cleared when a PG gives its nodes
-    # back); the key of each unit, by its id (the units live through the call)
+    # (demand, selectors) no node takes now, whatever a unit's exclusions, and the units lists of PGs whose
+    # every unit waited (both cleared when a PG gives its nodes back); the key of each unit, by its id
     nothing_now: set[tuple] = set()
+    waits_only: set[int] = set()
     key_of: dict[int, tuple] = {}
     for pg, us in zip(pending, units_of):
+        if id(us) in waits_only:
+            continue  # as the PG of its shape before it: every unit waits, nothing changes
+        # a STRICT_SPREAD PG's units never share a node: the nodes its units took or wait for join its own
+        # exclusions (its units share one set, the nodes of its placed bundles)
+        spread_excl = set(us[0].excluded) if us and pg.strategy == "STRICT_SPREAD" else None
         undo: list[tuple[str, dict[str, float], str | None]] = []  # (node, demand taken, pod newly needed)
-        pg_total: dict[str, dict[str, float]] = {}  # node -> what this PG's units took of it, on totals
+        # node -> what this PG's units took of it, on totals: made from ``undo`` when a unit first waits
+        pg_total: dict[str, dict[str, float]] | None = None
+        why = None  # this PG's reason, for the candidates it needs
         unplaced: list[tuple[dict[str, float], list[dict[str, str]]]] = []
         for u in us:
+            excl = u.excluded if spread_excl is None else spread_excl
             key = key_of.get(id(u))
             if key is None:
-                key = key_of[id(u)] = (tuple(u.demand.items()), tuple(tuple(s.items()) for s in u.selectors))
-            nid, picked = (None, False) if key in nothing_now else _pick(index, u, spare)
+                key = key_of[id(u)] = demand_shape(u.demand, u.selectors)
+            nid, picked = (None, False) if key in nothing_now else _pick(index, u, key, excl, spare)
             if nid is None:
-                if u.allowed is None and not u.excluded:
+                if u.allowed is None and not excl:
                     nothing_now.add(key)
                 # nothing free now: a busy node that stays may free up later (judged on its total), else
                 # only a new worker can take it
-                wait = later.first(u, pg_total)
+                if pg_total is None:
+                    pg_total = {}
+                    for nid, demand, _ in undo:
+                        pg_total[nid] = _plus(pg_total.get(nid, {}), demand)
+                wait = later.first(u, excl, pg_total)
                 if wait is not None:
                     pg_total[wait] = _plus(pg_total.get(wait, {}), u.demand)
-                    if pg.strategy == "STRICT_SPREAD":
-                        u.excluded.add(wait)
+                    if spread_excl is not None:
+                        spread_excl.add(wait)
                 else:
                     unplaced.append((u.demand, u.selectors))
                 continue
             pod = None
             if picked:
                 pod = candidates[nid].pod_name
-                needed[pod] = _why(pg)
+                needed[pod] = why = why or _why(pg)
                 spare[candidates[nid].group] -= 1
-            free = index.free[nid]
-            index.move(nid, {k: free.get(k, 0.0) - u.demand.get(k, 0.0) for k in set(free) | set(u.demand)}, FREE)
-            pg_total[nid] = _plus(pg_total.get(nid, {}), u.demand)
+            index.less(nid, u.demand, FREE)
+            if pg_total is not None:
+                pg_total[nid] = _plus(pg_total.get(nid, {}), u.demand)
             undo.append((nid, u.demand, pod))
-            if pg.strategy == "STRICT_SPREAD":
-                u.excluded.add(nid)
+            if spread_excl is not None:
+                spread_excl.add(nid)
         if unplaced and not _growth_fits(unplaced, growth, slots, pg.strategy):
             nothing_now.clear()  # what it gives back may take a unit that found nothing
+            waits_only.clear()
             for nid, demand, pod in reversed(undo):  # it cannot be placed: keep nothing for it
                 free = index.free[nid]
                 role = CAND if pod is not None else index.role[nid]
@@ -218,14 +235,19 @@ def _simulate(pending, units_of, hosts, index, candidates, spare, slots,
                     spare[candidates[nid].group] += 1
         elif len(undo) == len(us):
             placed[pg.pg_id] = [nid for nid, _, _ in undo]  # a placement now, on free resources less earlier PGs'
+        elif not undo and not unplaced:
+            waits_only.add(id(us))
     return needed, placed
 
 
-def _pick(index: FreeIndex, u: Unit, spare: dict[str, int]) -> tuple[str | None, bool]:
+def _pick(index: FreeIndex, u: Unit, shape: tuple, excluded: set[str], spare: dict[str, int]
+          ) -> tuple[str | None, bool]:
     """(node, is a candidate newly needed): a node that stays first (least free GPU, then id), else the
-    candidate the reclaimer least wants to delete; (None, False) when nothing takes the unit now."""
+    candidate the reclaimer least wants to delete; (None, False) when nothing takes the unit now.
+    ``shape``: ``demand_shape`` of the unit; ``excluded``: the nodes it must not use (``u.excluded``, or its
+    STRICT_SPREAD PG's so far)."""
     if u.allowed is not None:  # STRICT_PACK with placed bundles: only their nodes, a handful
-        hosts = [n for n in sorted(u.allowed) if n in index.free and n not in u.excluded
+        hosts = [n for n in sorted(u.allowed) if n in index.free and n not in excluded
                  and fits(u.demand, index.free[n]) and matches_all(u.selectors, index.labels[n])]
         free = [n for n in hosts if index.role[n] == FREE]
         if free:
@@ -233,20 +255,7 @@ def _pick(index: FreeIndex, u: Unit, spare: dict[str, int]) -> tuple[str | None,
         if hosts:
             return min(hosts, key=lambda n: (spare[index.group[n]] <= 0, index.rank[n])), True
         return None, False
-    best_free, best_cand = None, None
-    for bucket in index.buckets(u.demand, u.selectors):
-        nid = index.best_free(bucket, u.excluded)
-        if nid is not None:
-            key = (bucket.free.get("GPU", 0.0), nid)
-            best_free = key if best_free is None or key < best_free else best_free
-        for rank, cid in index.best_cands(bucket, u.excluded):
-            key = (spare[index.group[cid]] <= 0, rank)
-            best_cand = (key, cid) if best_cand is None or key < best_cand[0] else best_cand
-    if best_free is not None:
-        return best_free[1], False
-    if best_cand is not None:
-        return best_cand[1], True
-    return None, False
+    return index.pick(u.demand, u.selectors, excluded, spare, shape)
 
 
 class _LaterIndex:
@@ -265,33 +274,38 @@ class _LaterIndex:
     def _groups(self) -> list[tuple[dict[str, str], dict[str, float], list[str]]]:
         if self._by_shape is None:
             groups: dict[tuple, list[str]] = defaultdict(list)
-            for nid, h in self._hosts.items():
-                groups[(tuple(h.labels.items()), tuple(h.total.items()))].append(nid)
+            hosts = self._hosts.values()  # each node's key made in C, one append each in Python
+            keys = zip(map(tuple, map(dict.items, map(_LABELS, hosts))),
+                       map(tuple, map(dict.items, map(_TOTAL, hosts))))
+            for key, nid in zip(keys, self._hosts):
+                groups[key].append(nid)
             self._by_shape = [(self._hosts[ids[0]].labels, self._hosts[ids[0]].total, sorted(ids))
                               for ids in groups.values()]
         return self._by_shape
 
-    def first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
+    def first(self, u: Unit, excluded: set[str], pg_total: dict[str, dict[str, float]]) -> str | None:
+        """The first node that could take ``u`` once its work ends, not in ``excluded``, less what its PG
+        took there (``pg_total``)."""
         # by the unit object (its demand, selectors and allowed nodes never change; it lives through the
-        # cycle), what its exclusions are now, and what its PG took where
-        key = (id(u), tuple(sorted(u.excluded)) if u.excluded else (),
+        # cycle, shared by the PGs of its shape), the exclusions now, and what its PG took where
+        key = (id(u), tuple(sorted(excluded)) if excluded else (),
                tuple(sorted((n, tuple(sorted(d.items()))) for n, d in pg_total.items())) if pg_total else ())
         if key not in self._answers:
-            self._answers[key] = self._first(u, pg_total)
+            self._answers[key] = self._first(u, excluded, pg_total)
         return self._answers[key]
 
-    def _first(self, u: Unit, pg_total: dict[str, dict[str, float]]) -> str | None:
+    def _first(self, u: Unit, excluded: set[str], pg_total: dict[str, dict[str, float]]) -> str | None:
         def ok(nid: str) -> bool:
             h = self._hosts[nid]
             left = {k: v - pg_total.get(nid, {}).get(k, 0.0) for k, v in h.total.items()}
-            return nid not in u.excluded and matches_all(u.selectors, h.labels) and fits(u.demand, left)
+            return nid not in excluded and matches_all(u.selectors, h.labels) and fits(u.demand, left)
 
         if u.allowed is not None:
             return next((n for n in sorted(u.allowed) if n in self._hosts and ok(n)), None)
         best = [n for n in sorted(pg_total) if ok(n)][:1]  # nodes this PG already uses: judged one by one
         for labels, total, ids in self._groups:
             if fits(u.demand, total) and matches_all(u.selectors, labels):
-                best += [next((n for n in ids if n not in u.excluded and n not in pg_total), None)]
+                best += [next((n for n in ids if n not in excluded and n not in pg_total), None)]
         return min((n for n in best if n is not None), default=None)
 
 
@@ -327,7 +341,7 @@ def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str],
         for nid in sorted(keep):
             needed[candidates[nid].pod_name] = _why(pg, tail)
             spare[candidates[nid].group] -= 1
-            index.move(nid, index.free[nid], FREE)
+            index.set_role(nid, FREE)
     return index
 
 

@@ -115,8 +115,8 @@ class Shapes:
         got = self._by_pg.get(id(pg))
         if got is not None:
             return got
-        key = (pg.strategy, tuple(tuple(b.items()) for b in pg.bundles),
-               tuple(tuple(s.items()) for s in pg.bundle_label_selectors), pg.bundle_node_ids)
+        key = (pg.strategy, tuple(map(tuple, map(dict.items, pg.bundles))),
+               tuple(map(tuple, map(dict.items, pg.bundle_label_selectors))), pg.bundle_node_ids)
         got = self._by_key.get(key)
         if got is None:
             us = units(pg)
@@ -187,10 +187,8 @@ def find_placement(us: list[Unit], index: FreeIndex, spare: dict[str, int], *, c
         return [n for _, n in out]
 
     def take(j: int, n: str) -> None:
-        have, u = index.free[n], us[j]
-        undo.append((n, have, index.free_key(n)))
-        index.move(n, {k: have.get(k, 0.0) - u.demand.get(k, 0.0) for k in set(have) | set(u.demand)},
-                   index.role[n])
+        undo.append((n, index.free[n], index.free_key(n)))
+        index.less(n, us[j].demand)
         path.append(n)
 
     def give_back() -> None:

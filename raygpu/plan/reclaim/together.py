@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import reduce
+from itertools import chain, repeat
+from operator import add
 from typing import Callable, Iterable
 
 from raygpu.model.views import PgState, PlacementGroupView
@@ -65,8 +68,8 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
                 c = candidates[nid]
                 needed[c.pod_name] = why
                 spare[c.group] -= 1
-                cur.move(nid, cur.free[nid], FREE)
-                base.move(nid, base.free[nid], FREE)
+                cur.set_role(nid, FREE)
+                base.set_role(nid, FREE)
 
     asked = _Asked(base, supply_of)  # what ``taken`` asks, for the room tests
     for pg in order:
@@ -166,6 +169,13 @@ def _why(pgs: list[PlacementGroupView], tail: str) -> str:
 
 def _fits_on(index: FreeIndex, us: list[Unit], nodes: list[str]) -> bool:
     """Do ``us`` still fit on ``nodes`` (one per unit) on the index's free resources?"""
+    if len(set(nodes)) == len(nodes):  # a node per unit (the usual placement): nothing left over to carry
+        free = index.free
+        for u, n in zip(us, nodes):
+            have = free.get(n)
+            if have is None or not fits(u.demand, have):
+                return False
+        return len(nodes) == len(us)
     left: dict[str, dict[str, float]] = {}
     for u, n in zip(us, nodes):
         have = left.get(n, index.free.get(n))
@@ -284,14 +294,17 @@ def _holds(asks: dict[str, float], free: dict[str, float]) -> int:
 def _commit(index: FreeIndex, us: list[Unit], nodes: list[str], sign: float) -> None:
     """Take (``sign`` 1) or give back (-1) the units' demand on their nodes."""
     for u, n in zip(us, nodes):
+        if sign > 0:
+            index.less(n, u.demand)
+            continue
         free = index.free[n]
-        index.move(n, {k: free.get(k, 0.0) - sign * u.demand.get(k, 0.0) for k in set(free) | set(u.demand)},
+        index.move(n, {k: free.get(k, 0.0) + u.demand.get(k, 0.0) for k in set(free) | set(u.demand)},
                    index.role[n])
 
 
-def _sum(resources) -> dict[str, float]:
-    out: dict[str, float] = defaultdict(float)
-    for r in resources:
-        for k, v in r.items():
-            out[k] += max(v, 0.0)
-    return out
+def _sum(resources: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Per resource, its amounts (each at least 0) added one by one in the order given, from 0.0 (another order
+    could differ in the last bit), each resource in one loop in C (``supply_of`` gives every counted node)."""
+    rs = list(resources)
+    return {k: reduce(add, map(max, map(dict.get, rs, repeat(k), repeat(0.0)), repeat(0.0)), 0.0)
+            for k in dict.fromkeys(chain.from_iterable(rs))}
