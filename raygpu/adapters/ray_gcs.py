@@ -174,7 +174,15 @@ def placement_group_view(pg: dict[str, Any]) -> PlacementGroupView:
         bundles=tuple({k: float(v) for k, v in (b.get("unit_resources") or {}).items()} for b in bundles),
         bundle_node_ids=tuple(_hex(b.get("node_id")) for b in bundles),
         bundle_label_selectors=tuple(dict(b.get("label_selector") or {}) for b in bundles),
-        creator_job_id=creator)
+        creator_job_id=creator, created_ms=_float(pg.get("placement_group_creation_timestamp_ms")))
+
+
+def _float(raw: Any) -> float | None:
+    """A proto int64 (a string in MessageToDict) or number -> float; None when absent or unreadable."""
+    try:
+        return float(raw) if raw not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
 
 
 def demand_view(demand: list[dict[str, Any]]) -> tuple[ResourceDemand, ...]:

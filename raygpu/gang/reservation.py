@@ -300,7 +300,8 @@ def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
 
 
 def act_reserve(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePlan,
-                progress: Callable[[str], None] = lambda m: None) -> Reservation:
+                progress: Callable[[str], None] = lambda m: None, *,
+                rollback_drain_s: float | None = None) -> Reservation:
     """Make ``plan``'s writes in order and return the reservation, ``RESERVED``.
 
     (1) The state ConfigMap: if its create fails, one that landed anyway (the answer was lost) is deleted,
@@ -308,6 +309,8 @@ def act_reserve(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePlan,
     fails the reservation (``check_created``). (3) The RayCluster patch; a conflict re-reads the cluster and
     ``replan_reserve`` lays the patch out again (at most ``MAX_REPLANS`` tries), never an overwrite. Any
     failure from (2) on releases what was created (the Reservation's ``release``) and raises the cause.
+    ``rollback_drain_s``: how long that release waits for pods to go (None: ``RELEASE_DRAIN_S``, on Ctrl-C
+    ``EXIT_DRAIN_S``); the sidecar passes 0 and its garbage collection finishes what is left.
     """
     gang, request = plan.gang, snap.request
     try:
@@ -333,7 +336,7 @@ def act_reserve(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePlan,
     except BaseException as e:
         # what a release needs: the state ConfigMap, the worker group (by name) and the objects created
         _roll_back(rsv or Reservation(kube, gang, request, history=[ReservationState.PLANNED.value],
-                                      state_uid=state_uid, created=created), e, progress)
+                                      state_uid=state_uid, created=created), e, progress, rollback_drain_s)
         raise
 
 
@@ -355,13 +358,16 @@ def _patch_raycluster(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePla
     raise ConflictError(f"{MAX_REPLANS} conflicting writes in a row on {ns}/{cluster}")
 
 
-def _roll_back(rsv: Reservation, cause: BaseException, progress: Callable[[str], None]) -> None:
+def _roll_back(rsv: Reservation, cause: BaseException, progress: Callable[[str], None],
+               drain_timeout_s: float | None = None) -> None:
     """Release what a failed ``act_reserve`` created; a release that fails too is said and noted on ``cause``."""
     interrupted = isinstance(cause, KeyboardInterrupt)
     # Ctrl-C must give the prompt back: pods that outlive a short wait are left to the sidecar's GC
+    if drain_timeout_s is None:
+        drain_timeout_s = EXIT_DRAIN_S if interrupted else RELEASE_DRAIN_S
     try:
         rsv.release(failed=f"reserve failed: {cause!r}" if interrupted else f"reserve failed: {cause}",
-                    drain_timeout_s=EXIT_DRAIN_S if interrupted else RELEASE_DRAIN_S)
+                    drain_timeout_s=drain_timeout_s)
     except Exception as cleanup:  # noqa: BLE001 - the caller needs the cause, not the cleanup's error
         said = (f"undoing the failed reservation also failed ({cleanup}); what is left is released by the "
                 "sidecar's garbage collection")

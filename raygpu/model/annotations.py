@@ -17,8 +17,9 @@ from pydantic import Field
 
 from raygpu.model.base import Frozen
 from raygpu.model.gang import Backend
-from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, IDLE_TIMEOUT_AUTO, KEY_GANG_BACKEND, KEY_GANG_TEMPLATE,
-                                 KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
+from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, IDLE_TIMEOUT_AUTO, KEY_GANG_BACKEND,
+                                 KEY_GANG_SCALE_UP, KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT,
+                                 KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
                                  KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX)
 from raygpu.model.reclaim import ReclaimMode
 from raygpu.model.warm import WarmSettings
@@ -30,6 +31,10 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_RE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
 _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _QUEUE_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+DEFAULT_SCALE_UP_IN_FLIGHT = 2
+MAX_SCALE_UP_IN_FLIGHT = 64
+DEFAULT_SCALE_UP_TIMEOUT_S = 600.0
+MIN_SCALE_UP_TIMEOUT_S, MAX_SCALE_UP_TIMEOUT_S = 30.0, 86400.0  # shorter than pods take to start; a day: a typo
 _GROUP_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
@@ -53,6 +58,10 @@ class ClusterPolicy(Frozen):
     idle_timeout_auto: bool = False
     group_idle_timeout_auto: frozenset[str] = frozenset()
     warm: WarmSettings = Field(default_factory=WarmSettings)  # the keep-warm knobs
+    # gang scale-up (docs/gang-scale-up.md): a reservation per pending placement group raygpu did not create
+    gang_scale_up: bool = False
+    scale_up_in_flight: int = DEFAULT_SCALE_UP_IN_FLIGHT  # reservations not yet used, at most, per cluster
+    scale_up_timeout_s: float = DEFAULT_SCALE_UP_TIMEOUT_S  # a reservation not used by then is rolled back
 
     def idle_timeout_for(self, group_name: str) -> float:
         """Idle timeout of worker group ``group_name``: its override, else the cluster's."""
@@ -149,7 +158,8 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
             fields[field] = parse(_text(raw))
         except (ValueError, TypeError) as exc:
             default = getattr(defaults, field)
-            shown = default.value if isinstance(default, Enum) else default
+            shown = (default.value if isinstance(default, Enum) else ("on" if default else "off")
+                     if isinstance(default, bool) else default)
             problems.append(AnnotationProblem(key=key, value=str(raw), reason=str(exc), default_used=repr(shown)))
 
     take(KEY_GANG_BACKEND, "gang_backend", lambda v: _enum_value(Backend, v))
@@ -161,6 +171,9 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
         take(KEY_IDLE_TIMEOUT, "idle_timeout_s", parse_idle_timeout_s)
     take(KEY_RECLAIM, "reclaim", lambda v: _enum_value(ReclaimMode, v))
     take(KEY_RECONCILE, "reconcile", lambda v: _enum_value(ReconcileMode, v))
+    take(KEY_GANG_SCALE_UP, "gang_scale_up", _on_off)
+    take(KEY_GANG_SCALE_UP_IN_FLIGHT, "scale_up_in_flight", _in_flight)
+    take(KEY_GANG_SCALE_UP_TIMEOUT, "scale_up_timeout_s", _scale_up_timeout_s)
 
     warm = _warm_settings(ann, problems)
     group_timeouts: dict[str, float] = {}
@@ -189,6 +202,31 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
     fields["group_idle_timeout_auto"] = frozenset(group_auto)
     fields["warm"] = warm
     return ClusterPolicy(**fields), problems
+
+
+def _on_off(raw: str) -> bool:
+    s = raw.strip().lower()
+    if s not in ("on", "off"):
+        raise ValueError("expected on|off")
+    return s == "on"
+
+
+def _in_flight(raw: str) -> int:
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        raise ValueError(f"not a whole number; use 1..{MAX_SCALE_UP_IN_FLIGHT}") from None
+    if not 1 <= n <= MAX_SCALE_UP_IN_FLIGHT:
+        raise ValueError(f"must be between 1 and {MAX_SCALE_UP_IN_FLIGHT}, got {n}")
+    return n
+
+
+def _scale_up_timeout_s(raw: str) -> float:
+    seconds = parse_duration_s(raw)
+    if not MIN_SCALE_UP_TIMEOUT_S <= seconds <= MAX_SCALE_UP_TIMEOUT_S:
+        raise ValueError(f"must be between {MIN_SCALE_UP_TIMEOUT_S:g} s and {MAX_SCALE_UP_TIMEOUT_S / 3600:g} h, "
+                         f"got {seconds:g} s")
+    return seconds
 
 
 def _is_auto(raw: object) -> bool:

@@ -23,8 +23,9 @@ from typing import Any
 
 from raygpu.model.base import Frozen, timestamp_s
 from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_HEARTBEAT,
-                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_RESERVATION_STATE, KEY_GUARD_SCOPE,
-                                 LABEL_CLUSTER, LABEL_OWNER_JOB, LABEL_RESERVATION, dns_label)
+                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_RESERVATION_STATE, CREATED_BY_SCALE_UP,
+                                 KEY_GUARD_SCOPE, LABEL_CLUSTER, LABEL_CREATED_BY, LABEL_OWNER_JOB, LABEL_RESERVATION,
+                                 dns_label)
 from raygpu.model.raycluster import GroupTemplate
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
@@ -60,6 +61,13 @@ class ReservationRecord(Frozen):
     owner_uids: tuple[str, ...] = ()  # uids of its RayCluster ownerReferences
     guard_scope: str | None = None  # label raygpu.io/guard-scope: a guarded reservation's scope (docs/guard.md)
     guard_timeouts: int = 0  # annotation raygpu.io/guard-timeouts: its holds that ran out (0 if absent or bad)
+    created_by: str | None = None  # label raygpu.io/created-by: "gang-scale-up" when the sidecar made it
+
+    @property
+    def by_scale_up(self) -> bool:
+        """Made by the sidecar's gang scale-up for a placement group raygpu did not create (docs/gang-scale-up.md):
+        judged by that placement group in Ray's table, never by a heartbeat."""
+        return self.created_by == CREATED_BY_SCALE_UP
 
     def owned_by(self, cluster: str, cluster_uid: str) -> bool:
         """True when raygpu provably created this ConfigMap for RayCluster ``cluster`` (uid ``cluster_uid``).
@@ -93,7 +101,8 @@ class ReservationRecord(Frozen):
                    heartbeat_at_s=_seconds(ann.get(ANNOTATION_HEARTBEAT)),
                    deadline_at_s=_seconds(ann.get(ANNOTATION_DEADLINE)),
                    created_at_s=timestamp_s(md.get("creationTimestamp")), uid=md.get("uid", ""),
-                   guard_scope=labels.get(KEY_GUARD_SCOPE) or None, guard_timeouts=_count(ann.get(ANNOTATION_GUARD_TIMEOUTS)))
+                   guard_scope=labels.get(KEY_GUARD_SCOPE) or None, guard_timeouts=_count(ann.get(ANNOTATION_GUARD_TIMEOUTS)),
+                   created_by=labels.get(LABEL_CREATED_BY) or None)
 
 
 def _count(value: Any) -> int:
@@ -147,6 +156,11 @@ class GcReason(str, Enum):
     HEARTBEAT_LOST = "HeartbeatLost"  # heartbeat unchanged, on the sidecar's clock, for longer than the timeout
     DEADLINE_MISSED = "DeadlineMissed"  # not ready long after its deadline (the watchdog never rolled back)
     STATE_LOST = "StateLost"  # a proven reservation group whose proven state ConfigMap went: scaled to zero only
+    # gang scale-up's reservations (ReservationRecord.by_scale_up), judged by their placement group in Ray's table:
+    PLACED_ELSEWHERE = "PlacedElsewhere"  # its placement group is CREATED and no bundle of any group is on its pods
+    TIMED_OUT = "TimedOut"  # its placement group still pending at the reservation's deadline: rolled back
+    INCOMPLETE = "Incomplete"  # left half-made (no worker group) by a sidecar that stopped while making it
+    IN_USE = "InUse"  # kept: bundles of a placement group sit on its pods (never deleted under a bundle)
     LIVE = "Live"  # kept: alive, or waiting before it may be judged (StateLost is kept too once at zero)
     # kept: its heartbeat is stale, but Ray says its job lives (job alive, or its PG held in Ray's table); a driver
     # that lost API access (expired token, revoked RoleBinding, partition from the API server) keeps its gang

@@ -28,8 +28,14 @@ KEY_WARM_HISTORY = "raygpu.io/warm-history"  # a duration (default 6h): how far 
 KEY_WARM_FALLBACK = "raygpu.io/warm-fallback"  # a duration (default 300s): idle timeout until enough samples
 KEY_RECLAIM = "raygpu.io/reclaim"  # off | dry-run | on (default dry-run): what the sidecar may write
 KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what the doctor may write
+# gang scale-up (raygpu.reclaim.scale_up, docs/gang-scale-up.md): the sidecar reserves a gang for each pending
+# placement group that raygpu did not create (Ray Train, Tune, Serve, vLLM); independent of raygpu.io/reclaim
+KEY_GANG_SCALE_UP = "raygpu.io/gang-scale-up"  # on | off (default off)
+KEY_GANG_SCALE_UP_IN_FLIGHT = "raygpu.io/gang-scale-up-in-flight"  # 1..64 (default 2): reservations not yet used
+KEY_GANG_SCALE_UP_TIMEOUT = "raygpu.io/gang-scale-up-timeout"  # 30s..24h (default 10m): used by then or rolled back
 POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
-               KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK)
+               KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_GANG_SCALE_UP,
+               KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT)
 
 # ---------------------------------------------------------------------------------------------
 # Labels raygpu writes (on pods, Ray nodes, state ConfigMaps and gang objects)
@@ -38,6 +44,10 @@ POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT,
 LABEL_RESERVATION = "raygpu.io/reservation"
 LABEL_OWNER_JOB = "raygpu.io/owner-job"  # Ray job id of the driver that owns the reservation (GC when it dies)
 LABEL_CLUSTER = "raygpu.io/cluster"  # RayCluster name (as a DNS label), on gang objects and state ConfigMaps
+# On a state ConfigMap the sidecar's gang scale-up made (value CREATED_BY_SCALE_UP): its liveness is its
+# placement group in Ray's table (annotation raygpu.io/placement-group, set at creation), not a heartbeat
+LABEL_CREATED_BY = "raygpu.io/created-by"
+CREATED_BY_SCALE_UP = "gang-scale-up"
 # On a backend-workload pod template: the PodGroup (scheduling.k8s.io) the pod joins. deploy/workload's
 # MutatingAdmissionPolicy copies it into spec.schedulingGroup.podGroupName at pod creation, because KubeRay
 # < 1.7 (and its RayCluster CRD) drop that PodSpec field from the template (docs/decisions.md).

@@ -65,6 +65,9 @@ class PlacementGroupView(Frozen):
     bundle_node_ids: tuple[str | None, ...] = ()  # node id per bundle, None when unplaced
     bundle_label_selectors: tuple[dict[str, str], ...] = ()
     creator_job_id: str | None = None
+    # when the GCS took the create request (ms, the GCS host's clock): orders PGs oldest first, never compared
+    # with another clock; None when Ray did not say
+    created_ms: float | None = None
 
 
 class ResourceDemand(Frozen):

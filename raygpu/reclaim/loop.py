@@ -42,9 +42,11 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import RayGpuError, TransientError
 from raygpu.model.cycle import CycleState
 from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.gc import GcAction, GcPlan, ReservationRecord
+from raygpu.model.annotations import ClusterPolicy
+from raygpu.model.gc import GcAction, GcPlan, GcReason, ReservationRecord
+from raygpu.model.scale_up import ScaleUpPlan
 from raygpu.model.raycluster import RayClusterView
-from raygpu.model.labels import KEY_RECLAIM
+from raygpu.model.labels import KEY_RECLAIM, LABEL_RESERVATION
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import RayView
 from raygpu.plan.common.collector import collector_paused
@@ -59,6 +61,7 @@ from raygpu.reclaim.memory import GcMemory
 from raygpu.adapters.kube_watch import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
 from raygpu.reclaim.report import BeforeApply, CycleOutcome, CycleReport, SidecarConfig
+from raygpu.reclaim.scale_up import GangScaleUp
 from raygpu.reclaim.warm import WarmKeeper
 
 log = logging.getLogger("raygpu.sidecar")
@@ -94,6 +97,7 @@ class Reclaimer:
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
         self._warm, self._cluster_policy = WarmKeeper(kube, self.metrics, self._event, self._ids), None
+        self._scale_up = GangScaleUp(kube, self.metrics, self._event, self._ids)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, once: bool = False) -> CycleReport | None:
@@ -133,6 +137,8 @@ class Reclaimer:
             else list(plan.deleted_pods) if plan else [],
             "reclaimable_gpus": plan.reclaimed_gpus if plan else 0.0,
             "released": list(report.released), "error": report.error}
+        if report.reserved:
+            fields["reserved"] = list(report.reserved)
         if plan is not None and plan.search_budget_spent:  # the budget rule (docs/reliability.md)
             fields["search_budget_spent"] = plan.search_budget_spent
         log.info("cycle", extra={"fields": self._ids(fields)})
@@ -148,27 +154,53 @@ class Reclaimer:
         cluster, now_s = view.cluster, self.clock()
         # 2. Policy from the annotations; bad values -> one Event each, and the safe default.
         mode, policy = self._policy(cluster)
-        if mode is ReclaimMode.OFF:
+        cp = self._cluster_policy
+        assert cp is not None
+        if mode is ReclaimMode.OFF and not cp.gang_scale_up:
             return CycleReport(CycleOutcome.OFF, mode=mode)
         # 3. Observe Ray: nodes and placement groups, then the job table; one state in.
-        state = self._warm.apply(self._observe(view, cluster, policy, now_s), self._cluster_policy)  # keep-warm
-        # 4. Plan, purely: reservations to release, then workers to remove; one plan out. The sidecar owns its
-        # process, so it pauses the cyclic collector for the plan (plan/common/collector.py says why).
+        state = self._observe(view, cluster, policy, now_s)
+        if mode is not ReclaimMode.OFF:
+            state = self._warm.apply(state, cp)  # keep-warm
+        # 4. Plan, purely: gang scale-up (its re-targets are what the GC judges), reservations to release, then
+        # workers to remove; one plan out. The sidecar owns its process, so it pauses the cyclic collector for the
+        # plan (plan/common/collector.py says why).
         with collector_paused():
+            scale_up = None
+            if cp.gang_scale_up:
+                self._scale_up.observe(state.ray, now_s)
+                scale_up = self._scale_up.plan(cluster, cp, state.ray, state.reservations, now_s)
+                state = _retargeted(state, dict(scale_up.retarget))
             plan = plan_cycle(state)
         # 5. Report: decisions that changed, metrics. A dry run stops here.
         self._report(plan.reclaim, plan.gc, view, state.ray, mode, now_s)
         report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan.reclaim, gc=plan.gc)
+        if mode is ReclaimMode.OFF:  # gang scale-up only: its own reservations are collected, nothing else
+            report = CycleReport(CycleOutcome.IDLE, mode=mode, gc=plan.gc)
+            self._gang_scale_up(report, scale_up, cluster, cp, state, now_s)
+            return _concluded(report)
         if mode is ReclaimMode.DRY_RUN:  # no scale-down; a dead driver's reservation is still released
-            self._collect_garbage(report, cluster)
+            self._gang_scale_up(report, scale_up, cluster, cp, state, now_s)
             return _concluded(self._dry_run(report, cluster))
         # 6. Apply the scale-down: one tested patch. A conflict or failure drops the plan, GC included.
         if plan.reclaim.to_delete and not self._scale_down(report, cluster, before_apply):
             return report
-        # 7. Garbage-collect reservations nobody will release: one step each, never waiting.
-        self._collect_garbage(report, cluster)
+        # 7. Garbage-collect reservations nobody will release, one step each, never waiting; gang scale-up's
+        # marks before it and its new reservations after it.
+        self._gang_scale_up(report, scale_up, cluster, cp, state, now_s)
         # 8. The outcome: applied if anything was written, error if a release failed.
         return _concluded(report)
+
+    def _gang_scale_up(self, report: CycleReport, scale_up: ScaleUpPlan | None, cluster: RayClusterView,
+                       cp: ClusterPolicy, state: CycleState, now_s: float) -> None:
+        """Step 7: gang scale-up's re-targets and ready marks, the garbage collection, then its reservations."""
+        if scale_up is not None:
+            self._scale_up.act_marks(scale_up, cluster, self._cached)
+        only_scale_up = report.mode is ReclaimMode.OFF
+        self._collect_garbage(report, cluster, state.ray, only_scale_up=only_scale_up)
+        if scale_up is not None and scale_up.reserve:
+            made = self._scale_up.act_reserve(scale_up, cluster, cp, now_s)
+            report.reserved = tuple(made)
 
     def _unplannable(self, view: CacheView) -> CycleReport | None:
         """Step 1's verdict: a report when the cache cannot be planned from (not synced, no RayCluster)."""
@@ -249,11 +281,23 @@ class Reclaimer:
             log.info("drain-rejected", extra={"fields": self._ids({"pod": pod, "detail": why})})
         return result.plan
 
-    def _collect_garbage(self, report: CycleReport, cluster: RayClusterView) -> None:
-        """Step 7: one release step per reservation of the GC plan, each reported as it lands."""
+    def _collect_garbage(self, report: CycleReport, cluster: RayClusterView, ray: RayView | None = None, *,
+                         only_scale_up: bool = False) -> None:
+        """Step 7: one release step per reservation of the GC plan, each reported as it lands.
+
+        A gang scale-up reservation's Ray nodes are drained first (Ray refuses a node that holds a bundle or a
+        task: the release waits for the next cycle), so a placement group Ray placed on them since the plan
+        was made is never killed. ``only_scale_up``: release gang scale-up reservations only (reclaim off)."""
         assert report.gc is not None
         released = []
         for d in report.gc.to_release:
+            record = self._cached.get(d.reservation)
+            by_scale_up = record is not None and record.by_scale_up
+            if only_scale_up and not by_scale_up:
+                continue
+            if by_scale_up and ray is not None and d.group_owned and (why := self._drain_group(d.group, ray)):
+                log.info("release-deferred", extra={"fields": self._ids({"reservation": d.reservation, "why": why})})
+                continue
             if d.reason in NEEDS_LIVE_READ and (why := confirm_release(self.kube, cluster.namespace, d, self._cached.get(
                     d.reservation), self._gc_memory.seen, self.clock())):  # the cache may be stale: one live read first
                 log.info("release-deferred", extra={"fields": self._ids({"reservation": d.reservation, "why": why})})
@@ -276,6 +320,8 @@ class Reclaimer:
                 "group_removed": result.group_removed, "configmap_deleted": result.configmap_deleted})})
             if result.status in (ReleaseStatus.RELEASED, ReleaseStatus.SCALED_TO_ZERO):  # else done before
                 released.append(d.reservation)
+                if by_scale_up and d.reason in (GcReason.TIMED_OUT, GcReason.INCOMPLETE) and record is not None:
+                    self._scale_up.failed(record.placement_group_id, self.clock())  # retried after a back-off
                 self.metrics.reservations_released.labels(d.reason.value).inc()
                 if result.status is ReleaseStatus.RELEASED:
                     self._event(cluster, "ReservationReleased", f"reservation {d.reservation} (worker group "
@@ -284,6 +330,18 @@ class Reclaimer:
                     self._event(cluster, "ReservationScaledToZero", f"worker group {d.group}: {d.reason.value}: "
                                 f"{d.detail}; the group stays for a human to remove", type_="Warning")
         report.released = tuple(released)
+
+    def _drain_group(self, group: str, ray: RayView) -> str:
+        """Ask Ray to drain every alive node of reservation group ``group``; why the release must wait ('' when
+        every node was drained or none is left)."""
+        for n in ray.nodes:
+            if not n.alive or n.draining or (n.labels.get(LABEL_RESERVATION) or n.node_type) != group:
+                continue
+            ok, why = self.drain(n.node_id, f"raygpu: releasing gang scale-up reservation group {group}")
+            self.metrics.drains.labels("accepted" if ok else "rejected").inc()
+            if not ok:
+                return f"Ray refused to drain node {n.node_id} of {group}: {why}"
+        return ""
 
     def _policy(self, cluster: RayClusterView) -> tuple[ReclaimMode, ReclaimPolicy]:
         cp, problems = parse_cluster_policy(cluster.annotations)
@@ -374,9 +432,19 @@ def problem_reporter(kube: KubeAdapter, namespace: str, cluster: str) -> Callabl
     return report
 
 
+def _retargeted(state: CycleState, retarget: dict[str, str]) -> CycleState:
+    """``state`` with gang scale-up's re-targets applied to its records (the GC judges what will be written; a
+    re-target that then fails to land only makes the GC keep what it would have kept anyway)."""
+    if not retarget:
+        return state
+    records = tuple(r.model_copy(update={"placement_group_id": retarget[r.name]}) if r.name in retarget else r
+                    for r in state.reservations)
+    return state.model_copy(update={"reservations": records})
+
+
 def _concluded(report: CycleReport) -> CycleReport:
     """Step 8: a cycle that released something applied; one whose releases failed (and did nothing else) erred."""
-    if report.released:
+    if report.released or report.reserved:
         report.outcome = CycleOutcome.APPLIED
     if report.errors and report.outcome is CycleOutcome.IDLE:
         report.outcome, report.error = CycleOutcome.ERROR, "; ".join(report.errors)

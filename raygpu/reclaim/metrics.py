@@ -27,6 +27,12 @@ raygpu_guard_waiting_gangs{scope}              gauge      guarded gangs waiting 
 raygpu_guard_timeouts{scope}                   gauge      holds of those waiting gangs that ran out max-hold
 raygpu_guard_longest_wait_seconds{scope}       gauge      longest wait of one of them, on the sidecar's clock
                                                           since it first saw the gang (restart: from then)
+raygpu_scale_up_reservations_total{result}     counter    gang scale-up reservations tried: reserved, refused
+                                                          (cannot be planned), failed (rolled back), exists
+                                                          (one for that placement group was there already)
+raygpu_scale_up_pending_placement_groups       gauge      pending placement groups gang scale-up saw at the
+  {state}                                                 last cycle: reserved (a reservation waits for it)
+                                                          or waiting (none yet: grace, fits now, cap, back-off)
 =============================================  =========  ===============================================
 """
 
@@ -77,6 +83,12 @@ class SidecarMetrics:
         self.guard_longest_wait = Gauge("raygpu_guard_longest_wait_seconds",
                                         "Longest wait of a guarded gang in a scope (the sidecar's clock)", ["scope"],
                                         registry=r)
+        self.scale_up_reservations = Counter(
+            "raygpu_scale_up_reservations", "Gang scale-up reservations the sidecar tried to make, by result "
+            "(reserved, refused, failed, exists)", ["result"], registry=r)
+        self.scale_up_pending = Gauge("raygpu_scale_up_pending_placement_groups",
+                                      "Pending placement groups gang scale-up saw at the last cycle, by what it did "
+                                      "(reserved: has a reservation; waiting: none yet)", ["state"], registry=r)
         self._guard_scopes: set[str] = set()
 
     def set_guard(self, scopes: Iterable[ScopeGauges]) -> None:

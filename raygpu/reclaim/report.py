@@ -41,6 +41,7 @@ class CycleReport:
     gc: GcPlan | None = None
     deleted_pods: tuple[str, ...] = ()  # put in workersToDelete by this cycle
     released: tuple[str, ...] = ()  # reservation ConfigMaps released by this cycle
+    reserved: tuple[str, ...] = ()  # gang scale-up reservations made by this cycle
     error: str | None = None
     duration_s: float = 0.0
     errors: list[str] = field(default_factory=list)

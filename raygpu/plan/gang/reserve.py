@@ -30,8 +30,9 @@ from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.guard import GuardPolicy, GuardWiring, parse_guard_policy
 from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_EXPECTED_RUNTIME, ANNOTATION_HEARTBEAT,
-                                 ANNOTATION_PLAN_REASON, ANNOTATION_REQUEST_ID, ANNOTATION_RESERVATION_STATE,
-                                 BACKFILL_GATE, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_CLUSTER, LABEL_OWNER_JOB,
+                                 ANNOTATION_PLACEMENT_GROUP, ANNOTATION_PLAN_REASON, ANNOTATION_REQUEST_ID,
+                                 ANNOTATION_RESERVATION_STATE, BACKFILL_GATE, CREATED_BY_SCALE_UP, GUARD_GATE,
+                                 KEY_GUARD_SCOPE, LABEL_CLUSTER, LABEL_CREATED_BY, LABEL_OWNER_JOB,
                                  LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER, dns_label)
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.plan.common.patch import add_worker_group, raycluster_patch
@@ -64,6 +65,9 @@ class ReserveSnapshot:
     request_id: str  # this call's id on the state ConfigMap: a create whose answer was lost is found by it
     blocker_class: bool | None = None  # raygpu's blocker PriorityClass exists; None: not read (not needed)
     may_backfill: bool = False  # this identity may get the scope's Lease and patch its pods (asked when it matters)
+    # gang scale-up (raygpu.reclaim.scale_up): the pending Ray placement group (hex id) the sidecar reserves for;
+    # the state ConfigMap then says so (label raygpu.io/created-by, annotation raygpu.io/placement-group)
+    scale_up_pg: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ def plan_reserve(snap: ReserveSnapshot) -> ReservePlan:
         labels[LABEL_OWNER_JOB] = dns_label(request.owner_job)
     if guard is not None:
         labels[KEY_GUARD_SCOPE] = guard.scope_for(gang.namespace)
+    if snap.scale_up_pg:
+        labels[LABEL_CREATED_BY] = CREATED_BY_SCALE_UP
     owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster.name, "uid": cluster.uid,
              "blockOwnerDeletion": False}
     state = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
@@ -139,6 +145,7 @@ def plan_reserve(snap: ReserveSnapshot) -> ReservePlan:
                         ANNOTATION_HEARTBEAT: f"{snap.now_s:.0f}",
                         ANNOTATION_DEADLINE: f"{snap.now_s + request.timeout_s:.0f}",
                         ANNOTATION_REQUEST_ID: snap.request_id,
+                        **({ANNOTATION_PLACEMENT_GROUP: snap.scale_up_pg} if snap.scale_up_pg else {}),
                         **({ANNOTATION_EXPECTED_RUNTIME: f"{request.expected_runtime_s:g}"}
                            if request.expected_runtime_s else {})}},
         "data": {"plan.json": gang.model_dump_json(), "history": ReservationState.PLANNED.value}}

@@ -33,6 +33,14 @@ released, first rule that applies:
    time left (``deadline_at - heartbeat_at``, both its clock) when it wrote the
    heartbeat the sidecar saw at ``SeenAt.heartbeat_s``.
 
+A reservation the sidecar's gang scale-up made (``ReservationRecord.by_scale_up``) has no driver and no
+heartbeat: rules 4 and 5 never apply to it. After rules 1 and 2 it is judged by its placement group in Ray's
+table (``_scale_up_verdict``): kept while a bundle of any placement group sits on its pods (``InUse``: never
+deleted under a bundle) or while Ray cannot be read; released when its placement group is gone (rule 3),
+CREATED on other nodes (``PlacedElsewhere``), still pending past the reservation's deadline (``TimedOut``,
+carried onto the sidecar's clock as in rule 6), or left half-made by a sidecar that stopped while making it
+(``Incomplete``: still ``planned`` with no worker group, ``INCOMPLETE_AFTER_S`` after this sidecar first saw it).
+
 Groups without a proven state ConfigMap (``orphan_groups``) are kept as
 ``Unproven`` unless they are provably raygpu's *and* this sidecar saw their
 proven state ConfigMap before it went (a lost state cannot be told from one
@@ -52,12 +60,36 @@ from typing import Iterable, Mapping
 from raygpu.model.gang import ReservationState
 from raygpu.model.gc import (DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcDecision, GcPlan, GcReason, OrphanGroup,
                              ReservationRecord, SeenAt, is_reservation_group)
-from raygpu.model.labels import LABEL_RESERVATION
+from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.views import PgState, RayView
 
 _TERMINAL = {ReservationState.RELEASED.value, ReservationState.ROLLED_BACK.value}
-_KEEP = frozenset({GcReason.LIVE, GcReason.RAY_SAYS_ALIVE})  # the verdicts of _verdict that keep
+_KEEP = frozenset({GcReason.LIVE, GcReason.RAY_SAYS_ALIVE, GcReason.IN_USE})  # the verdicts of _verdict that keep
+INCOMPLETE_AFTER_S = 30.0  # a scale-up reservation still planned with no worker group that long was abandoned
+
+
+def pgs_on_groups(ray_view: RayView) -> dict[str, set[str]]:
+    """Reservation worker group -> the placement groups (not REMOVED) with a bundle on one of its alive Ray
+    nodes. A node belongs to a group by its Ray label ``raygpu.io/reservation`` (the backends put it on every
+    reservation pod's Ray node), else by its node type when that is a reservation group's name. Linear."""
+    group_of: dict[str, str] = {}
+    for n in ray_view.nodes:
+        group = n.labels.get(LABEL_RESERVATION) or (n.node_type if n.node_type and n.node_type.startswith(
+            RESERVATION_GROUP_PREFIX) else None)
+        if n.alive and group:
+            group_of[n.node_id] = group
+    out: dict[str, set[str]] = {}
+    if not group_of:
+        return out
+    for pg in ray_view.placement_groups:
+        if pg.state is PgState.REMOVED:
+            continue
+        for nid in pg.bundle_node_ids:
+            group = group_of.get(nid) if nid else None
+            if group is not None:
+                out.setdefault(group, set()).add(pg.pg_id)
+    return out
 
 
 def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s: float, *,
@@ -78,6 +110,7 @@ def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s:
     pgs = {pg.pg_id: pg for pg in ray_view.placement_groups}
     groups = {g.group_name: g for g in reversed(cluster.worker_groups)}  # indexed once: the first of a name wins
     seen = seen or {}
+    held = pgs_on_groups(ray_view)
     decisions, proven_groups = [], set()
     for r in reservations:
         owned_group = groups.get(r.group)
@@ -90,7 +123,11 @@ def plan_gc(reservations: Iterable[ReservationRecord], ray_view: RayView, now_s:
             continue
         proven_groups.add(r.group)
         at = seen.get(r.name) or SeenAt(first_s=now_s, heartbeat_s=now_s)
-        reason, detail = _verdict(r, at, ray_view, pgs, jobs, now_s, heartbeat_timeout_s)
+        if r.by_scale_up and (r.state or "").strip().lower() not in _TERMINAL | {ReservationState.FAILED.value}:
+            reason, detail = _scale_up_verdict(r, at, owned_group is not None, held.get(r.group, set()), ray_view,
+                                               pgs, now_s)
+        else:
+            reason, detail = _verdict(r, at, ray_view, pgs, jobs, now_s, heartbeat_timeout_s)
         keep = reason in _KEEP
         if not keep and not group_owned:
             detail += (f"; worker group {r.group} is left alone (absent, or its pod template lacks "
@@ -166,6 +203,37 @@ def _verdict(r: ReservationRecord, at: SeenAt, ray_view: RayView, pgs: dict, job
                                          f"{timeout_s:.0f}s, but {alive}: kept on Ray's word (its driver may have "
                                          "lost access to the API server)")
     return GcReason.LIVE, f"state {state or 'unknown'}, heartbeat unchanged for {quiet_s:.0f}s"
+
+
+def _scale_up_verdict(r: ReservationRecord, at: SeenAt, group_in_spec: bool, held: set[str], ray_view: RayView,
+                      pgs: dict, now_s: float) -> tuple[GcReason, str]:
+    """A gang scale-up reservation, not terminal nor failed: judged by Ray's placement group table only."""
+    if held:
+        shown = ", ".join(sorted(held)[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        return GcReason.IN_USE, f"bundles of placement group(s) {shown} sit on its pods"
+    if not ray_view.reachable:
+        return GcReason.LIVE, f"Ray's view cannot be read ({ray_view.reason or 'unreachable'}): kept until it can"
+    pg_id = r.placement_group_id
+    pg = pgs.get(pg_id) if pg_id else None
+    if pg is None:
+        return GcReason.PLACEMENT_GROUP_GONE, (f"placement group {pg_id} is not in Ray's table" if pg_id
+                                               else "it names no placement group")
+    if pg.state is PgState.REMOVED:
+        return GcReason.PLACEMENT_GROUP_GONE, f"placement group {pg_id} is REMOVED"
+    if pg.state is PgState.CREATED:
+        return GcReason.PLACED_ELSEWHERE, (f"placement group {pg_id} is CREATED on other nodes and no bundle sits "
+                                           "on its pods")
+    state = (r.state or "").strip().lower()
+    if state == ReservationState.PLANNED.value and not group_in_spec and now_s - at.first_s > INCOMPLETE_AFTER_S:
+        return GcReason.INCOMPLETE, (f"still planned with no worker group {now_s - at.first_s:.0f}s after this "
+                                     "sidecar first saw it: the sidecar that made it stopped half-way")
+    if r.deadline_at_s is not None and r.heartbeat_at_s is not None:
+        deadline_s = at.heartbeat_s + (r.deadline_at_s - r.heartbeat_at_s)  # on this sidecar's clock
+        if now_s > deadline_s:
+            return GcReason.TIMED_OUT, (f"placement group {pg_id} still {pg.state.value} "
+                                        f"{now_s - deadline_s:.0f}s past the reservation's deadline: rolled back")
+        return GcReason.LIVE, f"waiting for placement group {pg_id} ({pg.state.value}), {deadline_s - now_s:.0f}s left"
+    return GcReason.LIVE, f"waiting for placement group {pg_id} ({pg.state.value})"
 
 
 def _rays_word_of_life(r: ReservationRecord, ray_view: RayView, pgs: dict, jobs: Mapping[str, bool] | None) -> str:

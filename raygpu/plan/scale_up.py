@@ -1,0 +1,172 @@
+"""Gang scale-up: which pending placement groups get a gang reservation this cycle (docs/gang-scale-up.md).
+
+``plan_scale_up`` is pure: no I/O, no clock (``now_s`` and what the sidecar remembers are arguments). Its
+input is the cycle's observed state (the RayCluster, Ray's nodes and placement groups, the reservation
+state ConfigMaps) and the sidecar's memory (when it first saw each placement group pending, which are
+backing off); its output is a :class:`ScaleUpPlan`.
+
+A pending placement group (``PENDING``, not ``RESCHEDULING``: a rescheduling one was placed once and Ray
+re-places it where its bundles were) gets a reservation when all of these hold:
+
+1. raygpu did not create it: no bundle's label selector names ``raygpu.io/reservation`` (those pin
+   themselves to their own reservation, made by their driver);
+2. no proven reservation records it (one reservation per placement group: the state ConfigMap's name is
+   derived from the placement group id too, so a second create is refused by the API server);
+3. the sidecar first saw it pending at least ``grace_s`` ago, and it is not backing off after a failure;
+4. it cannot be placed on the Ray nodes that exist now: the pending groups, oldest first (Ray's creation
+   time, the GCS's own clock), are fitted one after another (each taking what it fits on) onto the free
+   resources of the alive nodes that belong to no reservation (``plan.reclaim.placement``'s search, the
+   fit the pending-PG protection uses); one that fits is left to Ray. A search that runs past its own
+   steps counts as not fitting (Ray's scheduler does not backtrack that far either);
+5. fewer than ``in_flight`` of the cluster's scale-up reservations are waiting to be used.
+
+Oldest first; the searches share one budget (``plan.reclaim.placement.Steps``): when it runs out,
+no further placement group is judged this cycle (no reservation is made on a guess) and the plan says so.
+
+It also says which reservations to mark ``ready`` (their placement group is CREATED with bundles on their
+pods) and which to re-target: Ray may place a placement group of the same shape on pods reserved for
+another (it does not know they are reserved). A reservation whose pods hold another placement group's
+bundles is re-targeted to that group; the reservation made for that group, if any and unused, is
+re-targeted to the one that lost its pods. Re-targeting only changes which placement group a reservation
+waits for; the garbage collector (``plan.reclaim.gc``) never deletes pods that hold a bundle.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from raygpu.model.annotations import ClusterPolicy
+from raygpu.model.gang import GangRequest, ReservationState
+from raygpu.model.gc import ReservationRecord
+from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
+from raygpu.model.raycluster import RayClusterView
+from raygpu.model.scale_up import ScaleUpItem, ScaleUpPlan
+from raygpu.model.views import PgState, PlacementGroupView, RayView
+from raygpu.plan.common.free_index import FREE, FreeIndex
+from raygpu.plan.reclaim.gc import pgs_on_groups
+from raygpu.plan.reclaim.placement import UNKNOWN, Steps, find_placement, units
+
+GRACE_S = 10.0  # a placement group pending this long (as the sidecar saw it) may get a reservation
+_DONE = {ReservationState.RELEASED.value, ReservationState.ROLLED_BACK.value, ReservationState.FAILED.value}
+_ADVANCE = (ReservationState.RESERVED.value, ReservationState.ADMITTED.value, ReservationState.BOUND.value)
+
+
+def scale_up_name(pg_id: str) -> str:
+    """The reservation name for placement group ``pg_id`` (hex): ``pg-<first 16 hex digits>``. Ray's placement
+    group ids start with random bytes, so names of one cluster's groups do not meet; the same id always gives
+    the same name, so a sidecar that restarts (or lost a create's answer) cannot make a second one."""
+    return f"pg-{pg_id[:16].lower()}"
+
+
+def made_by_raygpu(pg: PlacementGroupView) -> bool:
+    """A placement group from ``raygpu.placement_group()``: its bundles are pinned to their own reservation."""
+    return any(LABEL_RESERVATION in s for s in pg.bundle_label_selectors)
+
+
+def plan_scale_up(cluster: RayClusterView, policy: ClusterPolicy, ray: RayView,
+                  reservations: Iterable[ReservationRecord], now_s: float, *,
+                  first_seen: Mapping[str, float], backoff_until: Mapping[str, float],
+                  grace_s: float = GRACE_S, steps: Steps | None = None) -> ScaleUpPlan:
+    """Decide this cycle's gang scale-up for ``cluster`` (see the module docstring).
+
+    ``reservations``: the cluster's state ConfigMaps as records; only proven ones
+    (``ReservationRecord.owned_by``) count. ``first_seen``: placement group id -> when the sidecar first saw it
+    pending; ``backoff_until``: id -> not before then (both the sidecar's clock, like ``now_s``). Never raises.
+    """
+    if not ray.reachable:
+        return ScaleUpPlan(note=f"Ray's view cannot be read ({ray.reason or 'unreachable'}): nothing planned")
+    proven = [r for r in reservations if r.owned_by(cluster.name, cluster.uid)]
+    held = pgs_on_groups(ray)
+    pgs = {pg.pg_id: pg for pg in ray.placement_groups}
+    ready, retarget = _ready_and_retarget(proven, held, pgs)
+    retargeted = dict(retarget)
+    claimed = {retargeted.get(r.name, r.placement_group_id) for r in proven
+               if r.placement_group_id and (r.state or "") not in _DONE}
+    in_flight = sum(1 for r in proven if r.by_scale_up and (r.state or "") not in _DONE and r.state != "ready"
+                    and not held.get(r.group))
+    pending = sorted((pg for pg in ray.placement_groups if pg.state is PgState.PENDING and not made_by_raygpu(pg)),
+                     key=lambda pg: (pg.created_ms if pg.created_ms is not None else float("inf"), pg.pg_id))
+    waiting: list[tuple[str, str]] = []
+    budget = Steps() if steps is None else steps
+    index = _free_workers(ray)
+    reserve: list[ScaleUpItem] = []
+    for pg in pending:
+        if pg.pg_id in claimed:
+            continue  # its reservation exists (or its pods hold it): never a second one
+        seen_s = first_seen.get(pg.pg_id, now_s)
+        if now_s - seen_s < grace_s:
+            waiting.append((pg.pg_id, f"pending {now_s - seen_s:.0f}s, under the {grace_s:g}s grace"))
+            continue
+        if budget.exhausted:
+            waiting.append((pg.pg_id, f"not judged: {budget.spent}"))
+            continue
+        us = units(pg)
+        nodes = find_placement(us, index, {}, candidates_too=False, steps=budget)
+        if nodes == UNKNOWN and budget.exhausted:
+            waiting.append((pg.pg_id, f"not judged: {budget.spent}"))
+            continue
+        # a search past its own steps found no placement: Ray's scheduler, which does not search that far,
+        # would not find one either, so it counts as not fitting
+        if isinstance(nodes, list):
+            for u, n in zip(us, nodes):
+                index.less(n, u.demand)
+            waiting.append((pg.pg_id, "fits on the workers that exist now: left to Ray"))
+            continue
+        if backoff_until.get(pg.pg_id, 0.0) > now_s:
+            waiting.append((pg.pg_id, f"backing off for {backoff_until[pg.pg_id] - now_s:.0f}s after a failure"))
+            continue
+        if in_flight + len(reserve) >= policy.scale_up_in_flight:
+            waiting.append((pg.pg_id, f"{policy.scale_up_in_flight} reservation(s) in flight already "
+                                      "(raygpu.io/gang-scale-up-in-flight)"))
+            continue
+        reserve.append(ScaleUpItem(pg_id=pg.pg_id, request=request_for(pg, cluster, policy)))
+    spent = budget.spent if budget.exhausted else ""
+    return ScaleUpPlan(reserve=tuple(reserve), ready=tuple(ready), retarget=tuple(retarget), waiting=tuple(waiting),
+                       budget_spent=spent)
+
+
+def request_for(pg: PlacementGroupView, cluster: RayClusterView, policy: ClusterPolicy) -> GangRequest:
+    """The gang request for placement group ``pg``: its bundles and strategy, the cluster's backend and
+    queue, the scale-up timeout; no owner job and no guard (its liveness is the placement group)."""
+    return GangRequest(name=scale_up_name(pg.pg_id), cluster=cluster.name, namespace=cluster.namespace,
+                       bundles=pg.bundles, strategy=pg.strategy, timeout_s=policy.scale_up_timeout_s, guard=False)
+
+
+def _ready_and_retarget(proven: list[ReservationRecord], held: dict[str, set[str]],
+                        pgs: dict[str, PlacementGroupView]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(reservation, pg id) to mark ready; (reservation, pg id) to re-target (see the module docstring)."""
+    ready, retarget = [], []
+    mine = [r for r in proven if r.by_scale_up and (r.state or "") not in _DONE]
+    unused_for = {r.placement_group_id: r for r in mine if r.placement_group_id and not held.get(r.group)}
+    for r in sorted(mine, key=lambda r: r.name):
+        on_it = held.get(r.group)
+        if not on_it:
+            continue
+        pg = pgs.get(r.placement_group_id or "")
+        if r.placement_group_id in on_it:
+            if pg is not None and pg.state is PgState.CREATED and r.state in _ADVANCE:
+                ready.append((r.name, r.placement_group_id))
+            continue
+        taker = min(on_it)
+        retarget.append((r.name, taker))
+        other = unused_for.pop(taker, None)  # the taker's own reservation, unused: it waits for ours instead
+        if other is not None and r.placement_group_id and pg is not None and pg.state is PgState.PENDING:
+            retarget.append((other.name, r.placement_group_id))
+    return ready, retarget
+
+
+def _free_workers(ray: RayView) -> FreeIndex:
+    """Free resources of the alive, not draining Ray nodes (the head too) that belong to no reservation, as a FreeIndex
+    of role ``free`` (nothing is a candidate here). Reservation nodes are for their own placement groups."""
+    rows = []
+    for n in sorted(ray.nodes, key=lambda n: n.node_id):
+        if not n.alive or n.draining or LABEL_RESERVATION in n.labels or (
+                n.node_type or "").startswith(RESERVATION_GROUP_PREFIX):
+            continue
+        free = {k: v for k, v in n.available.items() if v > 0}
+        rows.append((n.node_id, n.labels, free, FREE, "", (), (tuple(sorted(n.labels.items())),
+                                                               tuple(sorted(free.items())))))
+    return FreeIndex.build(rows)
+
+
+__all__ = ["GRACE_S", "plan_scale_up", "request_for", "scale_up_name", "made_by_raygpu"]
