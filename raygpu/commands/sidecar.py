@@ -19,8 +19,10 @@ MAX_INTERVAL_S = 3600.0  # rarer than hourly and the garbage collection and scal
 HEARTBEAT_BEATS = 3  # --heartbeat-timeout-s >= this many driver heartbeat periods
 MAX_HEARTBEAT_TIMEOUT_S = 86400.0  # a dead driver's gang held longer than a day is a typo's cost
 DESCRIPTION = """\
-Scale idle Ray workers of one RayCluster down, and garbage-collect gang
-reservations nobody will release. Runs as a container next to the Ray head.
+Scale idle Ray workers of one RayCluster down, garbage-collect gang
+reservations nobody will release, and (gang scale-up, opt-in) reserve an
+all-or-nothing gang for each pending placement group that raygpu did not
+create (Ray Train, Tune, Serve, vLLM). Runs as a container next to the Ray head.
 
 Every cycle (--interval-s): read the RayCluster, its pods and its reservation
 ConfigMaps from a watch-backed cache, read Ray's nodes, placement groups and
@@ -35,6 +37,16 @@ RayCluster annotations:
   raygpu.io/reclaim                off | dry-run | on   (default dry-run: plan, report, write nothing)
   raygpu.io/idle-timeout           e.g. 300s, 10m       (default 10m; 1s to 30 days)
   raygpu.io/idle-timeout.<group>   per worker group override
+  raygpu.io/gang-scale-up          on | off             (default off; independent of raygpu.io/reclaim)
+  raygpu.io/gang-scale-up-in-flight  1 to 64            (default 2: reservations waiting to be used)
+  raygpu.io/gang-scale-up-timeout  e.g. 10m             (default 10m; 30s to 24h: unused by then, rolled back)
+  raygpu.io/gang-backend           coscheduling | kueue | volcano | workload | none  (default none)
+Gang scale-up: a placement group pending for 10 s that fits on no Ray node
+that exists gets one reservation (a worker group rg-pg-<id> of n pods, gang-
+scheduled by the backend), oldest first; it is released when the placement
+group is removed, placed elsewhere, or still pending at the timeout (then
+retried after a back-off). docs/gang-scale-up.md has the RayCluster settings
+beside Ray's own autoscaler.
 A bad value gives a Warning Event InvalidAnnotation on the RayCluster (once
 per value) and the safe default; the sidecar keeps running. So does a value
 of the RayCluster or its pods that does not parse (rayStartParams num-gpus
@@ -42,7 +54,7 @@ of the RayCluster or its pods that does not parse (rayStartParams num-gpus
 naming the object, and the safe default (the container's limit).
 
 Reports: Prometheus metrics on <--metrics-address>:<--metrics-port>/metrics, Events ScaledDown /
-ScaleDownDryRun / ReservationReleased on the RayCluster, one log line per
+ScaleDownDryRun / ReservationReleased / GangScaleUp on the RayCluster, one log line per
 decision that changed and per cycle (JSON with --json-logs).
 
 SIGTERM or SIGINT stop it between cycles. Exit codes: 0 stopped cleanly,

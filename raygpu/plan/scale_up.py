@@ -27,7 +27,9 @@ It also says which reservations to mark ``ready`` (their placement group is CREA
 pods) and which to re-target: Ray may place a placement group of the same shape on pods reserved for
 another (it does not know they are reserved). A reservation whose pods hold another placement group's
 bundles is re-targeted to that group; the reservation made for that group, if any and unused, is
-re-targeted to the one that lost its pods. Re-targeting only changes which placement group a reservation
+re-targeted to the one that lost its pods. An unused reservation whose placement group was REMOVED follows
+a pending one of the same shape with no reservation (the same creator job's first): Ray Train removes a
+workers' placement group that is not ready within its start timeout and creates it again under a new id. Re-targeting only changes which placement group a reservation
 waits for; the garbage collector (``plan.reclaim.gc``) never deletes pods that hold a bundle.
 """
 
@@ -152,7 +154,42 @@ def _ready_and_retarget(proven: list[ReservationRecord], held: dict[str, set[str
         other = unused_for.pop(taker, None)  # the taker's own reservation, unused: it waits for ours instead
         if other is not None and r.placement_group_id and pg is not None and pg.state is PgState.PENDING:
             retarget.append((other.name, r.placement_group_id))
+    retarget.extend(_follow_replacements(mine, held, pgs, {pg for _, pg in retarget}))
     return ready, retarget
+
+
+def _follow_replacements(mine: list[ReservationRecord], held: dict[str, set[str]],
+                         pgs: dict[str, PlacementGroupView], taken: set[str]) -> list[tuple[str, str]]:
+    """An unused reservation whose placement group is gone follows a pending one of the same shape (bundles
+    and strategy) that has no reservation, the same creator job's first, then the oldest: Ray Train removes
+    a workers' placement group that is not ready within its start timeout (60 s by default) and creates
+    the same one again under a new id; without this its reservation would be released and made again, for
+    ever. Linear: the pending placement groups are indexed by shape once."""
+    orphans = [r for r in mine if not held.get(r.group) and r.placement_group_id in pgs
+               and pgs[r.placement_group_id].state is PgState.REMOVED]  # gone from the table: shape unknown
+    if not orphans:
+        return []
+    claimed = taken | {r.placement_group_id for r in mine if r.placement_group_id}
+    by_shape: dict[tuple, list[PlacementGroupView]] = {}
+    for pg in sorted(pgs.values(), key=lambda p: (p.created_ms if p.created_ms is not None else float("inf"),
+                                                  p.pg_id)):
+        if pg.state is PgState.PENDING and pg.pg_id not in claimed and not made_by_raygpu(pg):
+            by_shape.setdefault(_shape(pg), []).append(pg)
+    out = []
+    for r in sorted(orphans, key=lambda r: r.name):
+        gone = pgs[r.placement_group_id or ""]
+        queue = by_shape.get(_shape(gone))
+        if not queue:
+            continue
+        creator = gone.creator_job_id
+        pick = next((p for p in queue if creator and p.creator_job_id == creator), queue[0])
+        queue.remove(pick)
+        out.append((r.name, pick.pg_id))
+    return out
+
+
+def _shape(pg: PlacementGroupView) -> tuple:
+    return (pg.strategy, tuple(tuple(sorted(b.items())) for b in pg.bundles))
 
 
 def _free_workers(ray: RayView) -> FreeIndex:

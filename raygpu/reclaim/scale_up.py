@@ -20,6 +20,7 @@ elsewhere, or still pending at the deadline). Nothing here raises: errors are lo
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Callable
 
@@ -46,6 +47,7 @@ BACKOFF_FIRST_S = 30.0  # after a placement group's first failed or timed-out re
 BACKOFF_MAX_S = 600.0  # doubling up to this
 _STEPS = (ReservationState.RESERVED, ReservationState.ADMITTED, ReservationState.BOUND, ReservationState.READY)
 
+_DIGITS = re.compile(r"[0-9.]+")
 Event = Callable[[RayClusterView, str, str, str], bool]  # (cluster, reason, message, type) -> written
 
 
@@ -82,8 +84,9 @@ class GangScaleUp:
             1 for pg in ray.placement_groups if pg.state is PgState.PENDING and pg.pg_id not in waiting
             and pg.pg_id not in {i.pg_id for i in plan.reserve}))
         for pg_id, why in plan.waiting:
-            if self._said.get(pg_id) != why.split(":")[0]:
-                self._said[pg_id] = why.split(":")[0]
+            kind = _DIGITS.sub("", why)  # said again only when the reason changes, not its numbers
+            if self._said.get(pg_id) != kind:
+                self._said[pg_id] = kind
                 log.info("scale-up-waiting", extra={"fields": self._ids({"placement_group": pg_id, "why": why})})
         if plan.budget_spent:
             log.warning("scale-up-budget-spent", extra={"fields": self._ids({"detail": plan.budget_spent})})

@@ -206,3 +206,16 @@ def test_pgs_on_groups_maps_bundles_to_reservation_groups_by_ray_label_or_node_t
                    placement_groups=(pg(PG_A, n=3, state=PgState.CREATED, on=("r0", "r1", "w0")),
                                      pg(PG_B, n=1, state=PgState.REMOVED, on=("r0",))))
     assert pgs_on_groups(view) == {"rg-a": {PG_A}, "rg-b": {PG_A}}
+
+
+def test_an_unused_reservation_follows_a_placement_group_recreated_with_the_same_shape():
+    # Ray Train removes a workers' PG not ready in time and creates it again under a new id
+    old = pg(PG_A, state=PgState.REMOVED).model_copy(update={"creator_job_id": "01000000"})
+    other_job = pg(PG_C, created_ms=1).model_copy(update={"creator_job_id": "02000000"})
+    again = pg(PG_B, created_ms=2).model_copy(update={"creator_job_id": "01000000"})
+    out = plan(ray(old, other_job, again), [record("pg-a", PG_A)])
+    assert out.retarget == (("pg-a", PG_B),)  # the same creator's, though C is older
+    assert [i.pg_id for i in out.reserve] == [PG_C]  # B is covered; C gets its own
+    other_shape = pg(PG_B, n=2).model_copy(update={"creator_job_id": "01000000"})
+    out = plan(ray(old, other_shape), [record("pg-a", PG_A)])
+    assert out.retarget == () and [i.pg_id for i in out.reserve] == [PG_B]

@@ -1,0 +1,87 @@
+"""Gang scale-up on the testbed: UNMODIFIED Ray drivers (no ``import raygpu`` in the job) get their gang.
+
+The RayCluster has one 8-GPU worker group at zero replicas (its template) and no in-tree autoscaler: the
+sidecar's gang scale-up (``raygpu.io/gang-scale-up: on``, backend coscheduling) is the only scale-up of
+placement groups. A plain ``ray.util.placement_group([{"GPU": 8}] * 4, strategy="STRICT_SPREAD")`` sits pending
+in Ray; the sidecar reserves a 4-pod gang for it, the pods bind together (one PodGroup), become Ray nodes, and
+Ray places the group on them. The job runs a task per bundle, ends, and its placement group goes with it: the
+sidecar releases the reservation on Ray's word and nothing is left.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+from raygpu.adapters.kube import KubeAdapter
+from raygpu.model.labels import ANNOTATION_PLACEMENT_GROUP, LABEL_CREATED_BY, LABEL_RESERVATION
+from raygpu.testing import manifests as m
+from raygpu.testing.kube import apply
+from tests.integration.gang_helpers import nothing_left
+from tests.integration.sidecar_helpers import BRIDGE_WAIT_S, Driver, Sidecar
+from tests.integration.util import alive_ray_nodes, ray_address, wait_for
+
+CLUSTER = "c"
+SCALE_UP = {"raygpu.io/gang-scale-up": "on", "raygpu.io/gang-backend": "coscheduling",
+            "raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "5s"}
+# no raygpu anywhere: what Ray Train's controller, Tune or a user's own script does
+PLAIN_PG = textwrap.dedent("""
+    import json, sys, ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    assert "raygpu" not in sys.modules
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    say = lambda **kw: print(json.dumps(kw), flush=True)
+    pg = placement_group([{"GPU": 8}] * 4, strategy="STRICT_SPREAD")
+    say(pg=pg.id.hex())
+    say(ready=pg.wait(300))
+
+    @ray.remote(num_gpus=8, num_cpus=0)
+    def where():
+        return ray.get_runtime_context().get_node_id()
+    nodes = ray.get([where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, placement_group_bundle_index=i)).remote() for i in range(4)], timeout=120)
+    say(nodes=nodes)
+    say(labels={n["NodeID"]: n.get("Labels") or {} for n in ray.nodes() if n["NodeID"] in nodes})
+    remove_placement_group(pg)
+    say(done=True)
+    assert "raygpu" not in sys.modules
+""")
+
+
+def test_a_plain_strict_spread_placement_group_gets_its_gang_runs_and_leaves_nothing(testbed, ns, pool, kube,
+                                                                                   tmp_path):
+    t0 = time.monotonic()
+    admin = KubeAdapter(str(testbed.kubeconfig))
+    pool.add({"cpu": "cpu16", **{f"g{i}": "h100x8" for i in range(4)}})
+    apply(kube, m.raycluster(CLUSTER, ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name,
+                             annotations=SCALE_UP))
+    addr = ray_address(testbed, ns, CLUSTER, timeout_s=BRIDGE_WAIT_S)
+    wait_for("the Ray head's GCS answers", lambda: bool(alive_ray_nodes(addr)), BRIDGE_WAIT_S,
+             log=testbed.logs / "bridge.log")
+    side = Sidecar(testbed, ns, CLUSTER, addr, tmp_path / "sidecar.log")
+    driver = Driver(PLAIN_PG, addr, tmp_path / "driver.log")
+    try:
+        pg_id = driver.next("pg", 120)
+        reserved = side.wait("the sidecar reserves a gang for the pending placement group",
+                             lambda: side.records("scale-up-reserved", placement_group=pg_id), 90)
+        group = reserved[0]["group"]
+        assert reserved[0]["pods"] == 4 and reserved[0]["backend"] == "coscheduling", reserved
+        assert driver.next("ready", 300) is True, driver.log_path.read_text()[-3000:]
+        nodes = driver.next("nodes", 150)
+        labels = driver.next("labels", 5)
+        assert len(set(nodes)) == 4, nodes  # STRICT_SPREAD: four Ray nodes
+        # ... and every one is a node of the reservation's pods
+        assert all(labels[n].get(LABEL_RESERVATION) == group for n in nodes), (group, labels)
+        states = [cm for cm in admin.list("v1", "ConfigMap", ns, LABEL_RESERVATION)
+                  if (cm["metadata"].get("labels") or {}).get(LABEL_CREATED_BY)]
+        assert len(states) == 1 and states[0]["metadata"]["annotations"][ANNOTATION_PLACEMENT_GROUP] == pg_id
+        assert len(side.records("scale-up-reserved")) == 1  # one reservation for the one placement group
+        assert driver.next("done", 60) is True
+        side.wait("the reservation released once the placement group is gone",
+                  lambda: side.records("released", reason="PlacementGroupGone"), 120)
+        wait_for("nothing left", lambda: nothing_left(admin, ns, CLUSTER), 120)
+    finally:
+        driver.stop()
+        side.stop()
+    print(f"wall time {time.monotonic() - t0:.0f}s")
