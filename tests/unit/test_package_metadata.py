@@ -85,3 +85,49 @@ def test_the_image_builds_its_wheel_from_what_the_wheel_needs():
     lines = (REPO / "deploy" / "image" / "Containerfile").read_text().splitlines()
     copied = {Path(a).name for ln in lines if ln.startswith("COPY ") for a in ln.split()[1:-1] if not a.startswith("--")}
     assert {"pyproject.toml", "README.md", "LICENSE", "raygpu"} <= copied
+
+
+# ---------------------------------------------------------------- the version
+
+def run_python(code_or_args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_version_is_the_installed_package_metadata():
+    import importlib.metadata
+
+    import raygpu
+    assert raygpu.__version__ == importlib.metadata.version("raygpu")
+
+
+def test_raygpu_version_prints_the_version_and_exits_0():
+    import raygpu
+    out = run_python(["-m", "raygpu.cli", "--version"])
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"raygpu {raygpu.__version__}\n", "")
+
+
+def test_help_still_works_and_lists_version():
+    out = run_python(["-m", "raygpu.cli", "--help"])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: raygpu [-h] [--version] {testbed,demo,plan,doctor,sidecar}")
+    bare = run_python(["-m", "raygpu.cli"])  # a sub-command is still required
+    assert bare.returncode == 2 and "required: command" in bare.stderr
+
+
+NO_METADATA = """
+import importlib.metadata as m
+def version(name):
+    raise m.PackageNotFoundError(name)
+m.version = version  # as in a source tree on sys.path that pip never installed
+import raygpu, raygpu.cli
+print(raygpu.__version__)
+raygpu.cli.main(["--version"])
+"""
+
+
+def test_a_source_tree_without_metadata_says_so_instead_of_crashing():
+    out = run_python(["-c", NO_METADATA])
+    assert out.returncode == 0, out.stderr
+    version, line = out.stdout.splitlines()
+    assert version == "0+unknown"
+    assert line.startswith("raygpu 0+unknown (no installed package metadata")
