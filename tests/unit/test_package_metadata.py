@@ -83,7 +83,8 @@ def test_the_image_builds_its_wheel_from_what_the_wheel_needs():
     """The sidecar image's wheel stage copies the sources this file's wheel is built from (LICENSE included:
     ``license-files`` names it, and setuptools only warns when it is missing, then builds a wheel without it)."""
     lines = (REPO / "deploy" / "image" / "Containerfile").read_text().splitlines()
-    copied = {Path(a).name for ln in lines if ln.startswith("COPY ") for a in ln.split()[1:-1] if not a.startswith("--")}
+    copied = {Path(a).name for ln in lines if ln.startswith("COPY ")
+              for a in ln.split()[1:-1] if not a.startswith("--")}
     assert {"pyproject.toml", "README.md", "LICENSE", "raygpu"} <= copied
 
 
