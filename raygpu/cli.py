@@ -1,5 +1,6 @@
 """The ``raygpu`` command line.
 
+    raygpu --version                          the installed version (package metadata)
     raygpu testbed up|down|status [--json]   the local testbed (real control plane + Ray)
     raygpu demo                               the gang-deadlock demo on the testbed
     raygpu plan ...                           dry-run a gang reservation (no side effects)
@@ -18,6 +19,7 @@ import importlib
 import logging
 import sys
 
+import raygpu
 
 COMMANDS = ("testbed", "demo", "plan", "doctor", "sidecar")  # modules of raygpu.commands, in --help order
 
@@ -25,10 +27,20 @@ COMMANDS = ("testbed", "demo", "plan", "doctor", "sidecar")  # modules of raygpu
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree: each ``raygpu.commands.<name>`` module adds its sub-command with ``register(subparsers)``."""
     ap = argparse.ArgumentParser(prog="raygpu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=version_line(),
+                    help="print raygpu's version (from the installed package's metadata) and exit")
     sub = ap.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"raygpu.commands.{name}").register(sub)
     return ap
+
+
+def version_line() -> str:
+    """``raygpu <version>``; from a source tree with no installed metadata, ``raygpu 0+unknown`` and why."""
+    if raygpu.__version__ == raygpu.VERSION_UNKNOWN:
+        return (f"raygpu {raygpu.VERSION_UNKNOWN} (no installed package metadata: this is a source tree; "
+                f"pip install it to have a version)")
+    return f"raygpu {raygpu.__version__}"
 
 
 def main(argv: list[str] | None = None) -> int:

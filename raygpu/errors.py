@@ -10,6 +10,9 @@ Every exception raygpu raises derives from :class:`RayGpuError`:
 * :class:`NotFoundError`, :class:`ForbiddenError`, :class:`InvalidError` - the
   API server answered 404, 401/403 or 422; all three are PermanentErrors, so an
   ``except PermanentError`` still catches them.
+* :class:`MissingExtraError` - an optional dependency is not installed; it names
+  the extra that installs it (``pip install "raygpu[ray]"``). A PermanentError and
+  an ImportError both.
 
 The adapters (``raygpu.adapters``) raise these classes; callers catch a class,
 never search an error's message.
@@ -59,6 +62,18 @@ class ForbiddenError(PermanentError):
         self.verb = verb
         self.resource = resource
         self.namespace = namespace
+
+
+class MissingExtraError(PermanentError, ImportError):
+    """An optional dependency is not installed: ``pip install "raygpu[<extra>]"`` installs it.
+
+    ``extra`` names the extra of pyproject.toml, ``name`` (ImportError's) the module that is missing. Also an
+    ImportError, so code that guards an optional import with ``except ImportError`` still catches it.
+    """
+
+    def __init__(self, message: str, *, extra: str, module: str) -> None:
+        super().__init__(message, name=module)
+        self.extra = extra
 
 
 class InvalidError(PermanentError):

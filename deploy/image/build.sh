@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the raygpu sidecar image from this checkout, tagged by the scheme
 # <raygpu version>-ray<Ray version>, both read from pyproject.toml ([project]
-# version, and the ray extra's ray[default]==<version> pin), e.g.
-# raygpu:0.1.0-ray2.60.0. The same source always gives the same tag.
+# version, and the Ray CI tests: the test extra's "ray[default]==<version>" pin,
+# inside the range the ray extra accepts), e.g. raygpu:0.1.0-ray2.60.0. The same
+# source always gives the same tag.
 #
 #   deploy/image/build.sh               build $IMAGE:<tag>
 #   deploy/image/build.sh --push        build, then push $IMAGE:<tag>
@@ -14,9 +15,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 py="$root/pyproject.toml"
 raygpu_version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$py" | head -1)
-ray_version=$(sed -n 's/^ray = \["ray\[default\]==\([0-9][0-9.]*\)"\]$/\1/p' "$py")
-if [ -z "$raygpu_version" ] || [ -z "$ray_version" ]; then
-  echo "build.sh: cannot read the raygpu version or the ray extra's ray[default]==X pin from $py" >&2; exit 2
+ray_version=$(sed -n 's/^ *"ray\[default\]==\([0-9][0-9.]*\)",.*$/\1/p' "$py")
+if [ -z "$raygpu_version" ] || [ -z "$ray_version" ] || [ "$(printf '%s\n' "$ray_version" | wc -l)" != 1 ]; then
+  echo "build.sh: cannot read the raygpu version or the test extra's one \"ray[default]==X\" pin from $py" >&2
+  exit 2
 fi
 tag="$raygpu_version-ray$ray_version"
 case "${1:-}" in

@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any
 
+from raygpu.adapters.ray_extra import import_ray
 from raygpu.model.views import PgState, PlacementGroupView, RayNodeView, RayView, ResourceDemand
 
 HEAD_RESOURCE = "node:__internal_head__"  # how Ray's autoscaler v2 tells the head apart
@@ -91,9 +92,10 @@ def gcs_address(address: str | None) -> str:
     """``host:port`` of the GCS to read: ``address``, else the connected driver's
     cluster, else ``RAY_ADDRESS``, else the latest local cluster.
 
-    Raises ValueError (malformed address) or ConnectionError (none to be found).
+    Raises ValueError (malformed address), ConnectionError (none to be found) or MissingExtraError (Ray is not
+    installed: the message names the extra).
     """
-    import ray
+    ray = import_ray("reading Ray's GCS")
     from ray._private.services import canonicalize_bootstrap_address
 
     if address is None and ray.is_initialized():

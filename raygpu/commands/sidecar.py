@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from raygpu.adapters.kube import KubeAdapter
+    from raygpu.adapters.ray_extra import RAY_INSTALL, ray_installed
     from raygpu.errors import RayGpuError
     from raygpu.reclaim import logs
     from raygpu.adapters.kube_watch import ClusterCache
@@ -147,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     problem = _heartbeat_timeout_problem(args)
     if problem is not None:  # bad usage, before anything is served or contacted
         print(f"raygpu sidecar: {problem}", file=sys.stderr)
+        return 2
+    if not ray_installed():  # every cycle reads Ray's GCS: without Ray it could only report Ray unreachable
+        print(f"raygpu sidecar: needs Ray's GCS client, and Ray is not installed: {RAY_INSTALL}", file=sys.stderr)
         return 2
     logs.setup(args.json_logs)
     metrics = SidecarMetrics()

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from raygpu.adapters.kube import KubeAdapter
+from raygpu.adapters.ray_extra import import_ray
 from raygpu.errors import ForbiddenError, NotFoundError, PermanentError
 from raygpu.gang.backfill import Backfill
 from raygpu.gang.guard import Guard
@@ -100,7 +101,8 @@ class RayCalls:
 
     @classmethod
     def real(cls) -> "RayCalls":
-        import ray
+        """Ray's own calls. Raises MissingExtraError when Ray is not installed (the ``ray`` extra)."""
+        ray = import_ray("a raygpu placement group")
         from ray.util import placement_group as ray_pg
         from ray.util import remove_placement_group
         from ray.util.placement_group import placement_group_table
@@ -542,9 +544,10 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     TransientError says which step hung, and nothing was created.
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime
-    hint, the guard without backend none or without raygpu's blocker PriorityClass).
+    hint, the guard without backend none or without raygpu's blocker PriorityClass), and MissingExtraError
+    (a PermanentError) first of all when Ray is not installed: it names the extra, ``pip install "raygpu[ray]"``.
     """
-    import ray
+    ray = import_ray("raygpu.placement_group")
     if not ray.is_initialized():
         raise PermanentError("raygpu.placement_group needs a connected Ray driver: call ray.init(address=...) first")
     say = progress or (lambda m: None)

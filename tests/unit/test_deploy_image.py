@@ -1,8 +1,9 @@
 """deploy/image: the sidecar image's Containerfile and tag scheme, checked statically (no container engine here).
 
-The image is FROM rayproject/ray at the Ray version pyproject.toml pins, installs raygpu with an extra that
-exists, runs as a non-root user with `raygpu sidecar` as entrypoint, and is tagged
-<raygpu version>-ray<Ray version> everywhere a tag is written (build.sh, the chart, the example RayCluster).
+The image is FROM rayproject/ray at the Ray version CI tests (the test extra's pin in pyproject.toml, inside
+the ray extra's range), installs raygpu with an extra that exists, runs as a non-root user with `raygpu sidecar`
+as entrypoint, and is tagged <raygpu version>-ray<Ray version> everywhere a tag is written (build.sh, the chart,
+the example RayCluster).
 """
 
 from __future__ import annotations
@@ -25,15 +26,24 @@ def pyproject() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
-def ray_pin() -> str:
-    [pin] = [r for r in pyproject()["project"]["optional-dependencies"]["ray"] if r.startswith("ray[")]
+def ci_ray() -> str:
+    """The Ray CI tests: the test extra pins it exactly (.ci/setup installs ".[test]")."""
+    [pin] = [r for r in pyproject()["project"]["optional-dependencies"]["test"] if r.startswith("ray[")]
     m = re.fullmatch(r"ray\[default\]==(\d+\.\d+\.\d+)", pin)
-    assert m, f"the ray extra must pin one Ray version exactly, not {pin!r}"
+    assert m, f"the test extra must pin the one Ray CI tests exactly, not {pin!r}"
     return m.group(1)
 
 
+def test_the_ray_extra_is_a_range_from_the_tested_ray_to_the_next_major():
+    from packaging.requirements import Requirement
+    [req] = [Requirement(r) for r in pyproject()["project"]["optional-dependencies"]["ray"] if r.startswith("ray[")]
+    assert req.extras == {"default"}
+    assert {(s.operator, s.version) for s in req.specifier} == {(">=", ci_ray()), ("<", "3")}
+    assert req.specifier.contains(ci_ray())
+
+
 def expected_tag() -> str:
-    return f"{pyproject()['project']['version']}-ray{ray_pin()}"
+    return f"{pyproject()['project']['version']}-ray{ci_ray()}"
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -49,12 +59,12 @@ def arg_defaults() -> dict[str, str]:
 
 def test_every_stage_is_rayproject_ray_at_the_pinned_version():
     args = arg_defaults()
-    assert args["RAY_VERSION"] == ray_pin()
+    assert args["RAY_VERSION"] == ci_ray()
     froms = [a.split()[0] for i, a in instructions() if i == "FROM"]
     assert len(froms) >= 1
     for image in froms:
         resolved = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
-        assert resolved == f"docker.io/rayproject/ray:{ray_pin()}", image
+        assert resolved == f"docker.io/rayproject/ray:{ci_ray()}", image
 
 
 def test_it_installs_raygpu_with_extras_that_exist_from_wheels_only():
@@ -97,7 +107,7 @@ def test_the_example_raycluster_and_the_chart_use_an_image_tagged_by_the_scheme(
     containers = {c["name"]: c for c in rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"]}
     repo, _, tag = containers["raygpu-sidecar"]["image"].rpartition(":")
     assert repo and tag == expected_tag()
-    assert containers["ray-head"]["image"] == f"rayproject/ray:{ray_pin()}" and rc["spec"]["rayVersion"] == ray_pin()
+    assert containers["ray-head"]["image"] == f"rayproject/ray:{ci_ray()}" and rc["spec"]["rayVersion"] == ci_ray()
     chart = yaml.safe_load((REPO / "deploy" / "helm" / "raygpu" / "Chart.yaml").read_text())
     assert chart["appVersion"] == expected_tag() and chart["version"] == pyproject()["project"]["version"]
 
