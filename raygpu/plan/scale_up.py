@@ -127,6 +127,21 @@ def plan_scale_up(cluster: RayClusterView, policy: ClusterPolicy, ray: RayView,
                        budget_spent=spent)
 
 
+def autoscaler_risks(cluster: RayClusterView) -> list[tuple[str, int]]:
+    """The worker groups Ray's in-tree autoscaler could grow pod by pod for a GPU placement group: (group,
+    maxReplicas) of the GPU groups that are not a reservation's and may still grow, when the RayCluster has
+    ``enableInTreeAutoscaling`` and together they may grow by 2 pods or more. Ray's autoscaler v2 plans a
+    placement group's pods together but launches them as plain ``replicas`` bumps, which Kubernetes binds
+    one by one; when at most one GPU pod can be added in all, nothing can be half-placed. The fix is
+    ``maxReplicas: 0`` on GPU templates (gang scale-up copies them whatever their maximum), and at most one
+    autoscaled single-GPU group of ``maxReplicas: 1`` (docs/gang-scale-up.md)."""
+    if not cluster.autoscaling_enabled:
+        return []
+    room = [(g.group_name, g.max_replicas, g.max_replicas - g.replicas) for g in cluster.worker_groups
+            if g.ray_gpus > 0 and not g.group_name.startswith(RESERVATION_GROUP_PREFIX) and g.max_replicas > g.replicas]
+    return [(name, most) for name, most, _ in room] if sum(r for _, _, r in room) >= 2 else []
+
+
 def request_for(pg: PlacementGroupView, cluster: RayClusterView, policy: ClusterPolicy) -> GangRequest:
     """The gang request for placement group ``pg``: its bundles and strategy, the cluster's backend and
     queue, the scale-up timeout; no owner job and no guard (its liveness is the placement group)."""
@@ -206,4 +221,4 @@ def _free_workers(ray: RayView) -> FreeIndex:
     return FreeIndex.build(rows)
 
 
-__all__ = ["GRACE_S", "plan_scale_up", "request_for", "scale_up_name", "made_by_raygpu"]
+__all__ = ["GRACE_S", "autoscaler_risks", "plan_scale_up", "request_for", "scale_up_name", "made_by_raygpu"]

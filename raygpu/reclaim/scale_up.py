@@ -38,7 +38,7 @@ from raygpu.model.raycluster import RayClusterView
 from raygpu.model.scale_up import ScaleUpItem, ScaleUpPlan
 from raygpu.model.views import PgState, RayView
 from raygpu.plan.gang.reserve import ReserveSnapshot, plan_reserve
-from raygpu.plan.scale_up import plan_scale_up
+from raygpu.plan.scale_up import autoscaler_risks, plan_scale_up
 from raygpu.reclaim.metrics import SidecarMetrics
 
 log = logging.getLogger("raygpu.sidecar")
@@ -61,6 +61,7 @@ class GangScaleUp:
         self.backoff_until: dict[str, float] = {}  # placement group id -> no reservation before then
         self._failures: dict[str, int] = {}  # placement group id -> failed or timed-out reservations in a row
         self._said: dict[str, str] = {}  # placement group id -> the last reason said for it (said once)
+        self._risks_said: tuple = ()  # the autoscaler risk last said (an Event when it changes)
 
     # ------------------------------------------------------------------ observe
     def observe(self, ray: RayView, now_s: float) -> None:
@@ -76,6 +77,18 @@ class GangScaleUp:
 
     def plan(self, cluster: RayClusterView, policy: ClusterPolicy, ray: RayView,
              reservations: tuple[ReservationRecord, ...], now_s: float) -> ScaleUpPlan:
+        risks = tuple(autoscaler_risks(cluster))
+        if risks and risks != self._risks_said:
+            groups = ", ".join(f"{g} (maxReplicas {n})" for g, n in risks)
+            log.warning("scale-up-beside-autoscaler", extra={"fields": self._ids({"groups": groups})})
+            if self._event(cluster, "GangScaleUpBesideAutoscaler", f"enableInTreeAutoscaling is on and GPU worker "
+                           f"group(s) {groups} can grow by 2 pods or more: Ray's autoscaler may scale them pod by "
+                           "pod for a placement group and half-place it. Set maxReplicas: 0 on GPU templates "
+                           "(gang scale-up copies them) and keep at most one single-GPU group of maxReplicas: 1 "
+                           "(docs/gang-scale-up.md)", "Warning"):
+                self._risks_said = risks
+        elif not risks:
+            self._risks_said = ()
         plan = plan_scale_up(cluster, policy, ray, reservations, now_s, first_seen=self.first_seen,
                              backoff_until=self.backoff_until)
         waiting = {pg for pg, _ in plan.waiting}

@@ -49,6 +49,77 @@ PLAIN_PG = textwrap.dedent("""
 """)
 
 
+# Ray Train v2 (on by default in Ray 2.60): its controller creates the workers' placement group, PACK, one
+# {"GPU": 8} bundle per worker, and re-creates it under a new id when it is not ready within
+# RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S (60 s by default; left at its default here)
+TRAIN = textwrap.dedent("""
+    import json, os, sys, tempfile, ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    assert "raygpu" not in sys.modules
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    say = lambda **kw: print(json.dumps(kw), flush=True)
+    out = tempfile.mkdtemp(prefix="ranks-")
+
+    def train_fn(config):
+        import json, os, ray
+        from ray import train
+        ctx = train.get_context()
+        node = ray.get_runtime_context().get_node_id()
+        with open(os.path.join(config["out"], f"rank{ctx.get_world_rank()}.json"), "w") as f:
+            json.dump({"rank": ctx.get_world_rank(), "node": node}, f)
+        train.report({"rank": ctx.get_world_rank()})
+
+    trainer = DataParallelTrainer(train_fn, train_loop_config={"out": out},
+                                  scaling_config=ScalingConfig(num_workers=4, use_gpu=True,
+                                                               resources_per_worker={"GPU": 8}),
+                                  run_config=RunConfig(name="gang-scale-up", storage_path=out))
+    say(started=True)
+    result = trainer.fit()
+    ranks = [json.load(open(os.path.join(out, f))) for f in sorted(os.listdir(out)) if f.startswith("rank")]
+    say(ranks=ranks, error=None if result.error is None else str(result.error))
+    labels = {n["NodeID"]: n.get("Labels") or {} for n in ray.nodes()}
+    say(labels={r["node"]: labels.get(r["node"], {}) for r in ranks})
+    assert "raygpu" not in sys.modules
+""")
+
+
+def test_a_ray_train_data_parallel_trainer_gets_its_gang_every_rank_on_it_and_leaves_nothing(testbed, ns, pool,
+                                                                                           kube, tmp_path):
+    t0 = time.monotonic()
+    admin = KubeAdapter(str(testbed.kubeconfig))
+    pool.add({"cpu": "cpu16", **{f"g{i}": "h100x8" for i in range(4)}})
+    apply(kube, m.raycluster(CLUSTER, ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name,
+                             annotations=SCALE_UP))
+    addr = ray_address(testbed, ns, CLUSTER, timeout_s=BRIDGE_WAIT_S)
+    wait_for("the Ray head's GCS answers", lambda: bool(alive_ray_nodes(addr)), BRIDGE_WAIT_S,
+             log=testbed.logs / "bridge.log")
+    side = Sidecar(testbed, ns, CLUSTER, addr, tmp_path / "sidecar.log")
+    driver = Driver(TRAIN, addr, tmp_path / "driver.log")
+    try:
+        assert driver.next("started", 120) is True
+        reserved = side.wait("the sidecar reserves a gang for the trainer's placement group",
+                             lambda: side.records("scale-up-reserved"), 120)
+        group = reserved[0]["group"]
+        assert reserved[0]["pods"] == 4, reserved
+        ranks = driver.next("ranks", 420)
+        assert driver.next("error", 5) is None, driver.log_path.read_text()[-3000:]
+        labels = driver.next("labels", 10)
+        assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3], ranks
+        # every rank ran on a Ray node of a reservation's pods (its group, or one it followed to a new PG)
+        assert all(labels[r["node"]].get(LABEL_RESERVATION, "").startswith("rg-pg-") for r in ranks), labels
+        assert driver.proc.wait(60) == 0, driver.log_path.read_text()[-3000:]
+        side.wait("every reservation released once the trainer's placement group is gone",
+                  lambda: nothing_left(admin, ns, CLUSTER), 180)
+        made = {r["reservation"] for r in side.records("scale-up-reserved")}
+        print(f"reservations made: {sorted(made)} (first group {group}); "
+              f"followed: {len(side.records('scale-up-retarget'))}")
+    finally:
+        driver.stop()
+        side.stop()
+    print(f"wall time {time.monotonic() - t0:.0f}s")
+
+
 def test_a_plain_strict_spread_placement_group_gets_its_gang_runs_and_leaves_nothing(testbed, ns, pool, kube,
                                                                                    tmp_path):
     t0 = time.monotonic()

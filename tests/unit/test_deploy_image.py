@@ -28,7 +28,7 @@ def pyproject() -> dict:
 
 def ci_ray() -> str:
     """The Ray CI tests: the test extra pins it exactly (.ci/setup installs ".[test]")."""
-    [pin] = [r for r in pyproject()["project"]["optional-dependencies"]["test"] if r.startswith("ray[")]
+    [pin] = [r for r in pyproject()["project"]["optional-dependencies"]["test"] if r.startswith("ray[default]")]
     m = re.fullmatch(r"ray\[default\]==(\d+\.\d+\.\d+)", pin)
     assert m, f"the test extra must pin the one Ray CI tests exactly, not {pin!r}"
     return m.group(1)

@@ -219,3 +219,19 @@ def test_an_unused_reservation_follows_a_placement_group_recreated_with_the_same
     other_shape = pg(PG_B, n=2).model_copy(update={"creator_job_id": "01000000"})
     out = plan(ray(old, other_shape), [record("pg-a", PG_A)])
     assert out.retarget == () and [i.pg_id for i in out.reserve] == [PG_B]
+
+
+def test_gpu_groups_the_in_tree_autoscaler_could_grow_pod_by_pod_are_named():
+    from raygpu.model.raycluster import GroupTemplate
+    from raygpu.plan.scale_up import autoscaler_risks
+    gpu = GroupTemplate(group_name="gpu", max_replicas=16, limits={"nvidia.com/gpu": 8})
+    cpu = GroupTemplate(group_name="cpu", max_replicas=64, limits={"cpu": 16})
+    single = GroupTemplate(group_name="one", max_replicas=1, limits={"nvidia.com/gpu": 1})
+    template = GroupTemplate(group_name="gpu", max_replicas=0, limits={"nvidia.com/gpu": 8})
+    rg = GroupTemplate(group_name="rg-pg-x", replicas=4, min_replicas=4, max_replicas=4, limits={"nvidia.com/gpu": 8})
+    on = {"autoscaling_enabled": True}
+    assert autoscaler_risks(CLUSTER.model_copy(update={**on, "worker_groups": (gpu, cpu)})) == [("gpu", 16)]
+    assert autoscaler_risks(CLUSTER.model_copy(update={**on, "worker_groups": (template, single, cpu, rg)})) == []
+    two_singles = (single, single.model_copy(update={"group_name": "two"}))
+    assert len(autoscaler_risks(CLUSTER.model_copy(update={**on, "worker_groups": two_singles}))) == 2
+    assert autoscaler_risks(CLUSTER.model_copy(update={"autoscaling_enabled": False, "worker_groups": (gpu,)})) == []
