@@ -189,6 +189,12 @@ class Sim:
         """Integrate the held-GPU metrics over ``dt`` seconds of the current state."""
         self.partial_gpu_s += dt * self.partial_held()
 
+    def on_arrive(self, j: Job) -> None:
+        """Job ``j`` is submitted: its pods join the queue (a raygpu gang's planned first)."""
+        if self.policy in RAYGPU_POLICIES and j.gang:
+            self.plan(j)
+        self.waiting.append(j)
+
     def on_other_event(self, kind: int, j: Job) -> bool:
         """Events of a subclass (kind >= 3); True when the state changed."""
         return False
@@ -271,9 +277,7 @@ class Sim:
                     self.free[n] += g
                     self.running_held[n] -= g
             elif kind == 1:
-                if self.policy in RAYGPU_POLICIES and j.gang:
-                    self.plan(j)
-                self.waiting.append(j)
+                self.on_arrive(j)
             elif kind == 2:  # give-up check
                 if j.start is None and j.held_since is not None and t - j.held_since >= self.give_up_s - 1e-6:
                     for n, g in j.placed:
