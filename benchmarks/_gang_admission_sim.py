@@ -6,7 +6,11 @@ per-RayCluster gang would; ``raygpu`` plans each gang with
 node at that moment (``free=``: its pool's nodes only), and admits its pods
 all-or-nothing. In every policy a gang goes only to its node pool's nodes
 (``Job.pool``, ``benchmarks._gang_admission_pools``); singles anywhere. The
-fourth policy (``raygpu+guard``) is ``benchmarks._gang_admission_guard``.
+fourth policy (``raygpu+guard``) is ``benchmarks._gang_admission_guard``; the
+fifth (``scale-up``: unmodified jobs, the sidecar makes the same reservation
+after a reaction delay, at most 4 in flight per pool, oldest first) is
+``benchmarks._gang_admission_scale_up``. ``Sim.on_arrive`` and
+``Sim.on_other_event`` are their hooks.
 Simulated seconds, not timings.
 """
 
@@ -29,7 +33,7 @@ from raygpu.plan.gang.reservation import plan_gang
 from raygpu.testing.builders import cluster_view
 
 GiB = 2**30
-POLICIES = ("pods", "raycluster-gang", "raygpu", "raygpu+guard")
+POLICIES = ("pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up")
 RAYGPU_POLICIES = ("raygpu", "raygpu+guard")
 NODES_CSV = OPENB / "openb_node_list_gpu_node.csv"
 TASKS_CSV = OPENB / "openb_pod_list_default.csv"
