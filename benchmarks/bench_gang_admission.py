@@ -53,8 +53,8 @@ Policies (placement is first-fit over nodes in trace order, FIFO over jobs):
   cycle), oldest PG first, at most 4 reservations in flight (not yet bound) per
   pool (one RayCluster and sidecar per pool); one not bound after 600 s is
   rolled back and retried after a back-off (30 s doubling, at most 600 s).
-  ``--scale-up-interval-s``, ``--scale-up-grace-s`` and ``--scale-up-in-flight``
-  change the first three (to tell the reaction delay from the cap).
+  ``--scale-up-interval-s``, ``--scale-up-grace-s``, ``--scale-up-in-flight``
+  and ``--scale-up-timeout-s`` change them, to tell apart what each costs.
 
 Node pools (``--pools P``; default full 8, quick 1): nodes round-robin into P
 pools, each gang pinned to pool crc32(name) % P in every policy (a RayCluster
@@ -89,7 +89,7 @@ import time
 from benchmarks._common import machine, machine_line, need_traces, print_table, save_plot
 from benchmarks._gang_admission_guard import BACKFILL, GuardSim
 from benchmarks._gang_admission_pools import node_pools
-from benchmarks._gang_admission_scale_up import GRACE_S, IN_FLIGHT, INTERVAL_S, ScaleUpSim
+from benchmarks._gang_admission_scale_up import GRACE_S, IN_FLIGHT, INTERVAL_S, TIMEOUT_S, ScaleUpSim
 from benchmarks._gang_admission_sim import NODES_CSV, POLICIES, TASKS_CSV, Job, Sim, load_cluster, make_jobs
 
 
@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"scale-up: a PG is reserved for no sooner than this after first seen (default {GRACE_S:g})")
     ap.add_argument("--scale-up-in-flight", type=int, default=IN_FLIGHT,
                     help=f"scale-up: reservations not yet bound per cluster (pool) at once (default {IN_FLIGHT})")
+    ap.add_argument("--scale-up-timeout-s", type=float, default=TIMEOUT_S,
+                    help=f"scale-up: a reservation not bound after this is rolled back (default {TIMEOUT_S:g})")
     ap.add_argument("--gang-share", type=float, nargs="+", default=None,
                     help="fraction(s) of jobs drawn from the multi-GPU tasks (default 0.2)")
     ap.add_argument("--seed", type=int, default=1)
@@ -198,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_hints and args.backfill not in (None, "none"):
         ap.error("--no-hints is --backfill none")
     backfill = "none" if args.no_hints else (args.backfill or "all")
-    if args.scale_up_interval_s <= 0 or args.scale_up_grace_s < 0 or args.scale_up_in_flight < 1:
-        ap.error("--scale-up-interval-s > 0, --scale-up-grace-s >= 0, --scale-up-in-flight >= 1")
+    if (args.scale_up_interval_s <= 0 or args.scale_up_grace_s < 0 or args.scale_up_in_flight < 1
+            or args.scale_up_timeout_s <= 0):
+        ap.error("--scale-up-interval-s > 0, --scale-up-grace-s >= 0, --scale-up-in-flight >= 1, "
+                 "--scale-up-timeout-s > 0")
     scale_up = {"interval_s": args.scale_up_interval_s, "grace_s": args.scale_up_grace_s,
-                "in_flight": args.scale_up_in_flight}
+                "in_flight": args.scale_up_in_flight, "timeout_s": args.scale_up_timeout_s}
     if not need_traces(NODES_CSV, TASKS_CSV):
         return 0
     sizes = args.sizes or (["quick"] if args.quick else ["full"])
@@ -261,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nthe guard's reservations (at most one per pool at a time)")
     print_table([r for r in rows if r["policy"] == "raygpu+guard"], GUARD_COLUMNS)
     print(f"\nthe sidecar's scale-up (cycle {args.scale_up_interval_s:g} s, grace {args.scale_up_grace_s:g} s, "
-          f"at most {args.scale_up_in_flight} reservations in flight per pool; first reservation: from submission)")
+          f"at most {args.scale_up_in_flight} reservations in flight per pool, timeout {args.scale_up_timeout_s:g} s; "
+          "first reservation: from submission)")
     print_table([r for r in rows if r["policy"] == "scale-up"], SCALE_UP_COLUMNS)
     met = sum(g["goal_met"] for g in goal)
     print(f"goal met in {met} of {len(goal)} runs")
