@@ -6,7 +6,11 @@ per-RayCluster gang would; ``raygpu`` plans each gang with
 node at that moment (``free=``: its pool's nodes only), and admits its pods
 all-or-nothing. In every policy a gang goes only to its node pool's nodes
 (``Job.pool``, ``benchmarks._gang_admission_pools``); singles anywhere. The
-fourth policy (``raygpu+guard``) is ``benchmarks._gang_admission_guard``.
+fourth policy (``raygpu+guard``) is ``benchmarks._gang_admission_guard``; the
+fifth (``scale-up``: unmodified jobs, the sidecar makes the same reservation
+after a reaction delay, at most 4 in flight per pool, oldest first) is
+``benchmarks._gang_admission_scale_up``. ``Sim.on_arrive`` and
+``Sim.on_other_event`` are their hooks.
 Simulated seconds, not timings.
 """
 
@@ -29,7 +33,7 @@ from raygpu.plan.gang.reservation import plan_gang
 from raygpu.testing.builders import cluster_view
 
 GiB = 2**30
-POLICIES = ("pods", "raycluster-gang", "raygpu", "raygpu+guard")
+POLICIES = ("pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up")
 RAYGPU_POLICIES = ("raygpu", "raygpu+guard")
 NODES_CSV = OPENB / "openb_node_list_gpu_node.csv"
 TASKS_CSV = OPENB / "openb_pod_list_default.csv"
@@ -189,6 +193,12 @@ class Sim:
         """Integrate the held-GPU metrics over ``dt`` seconds of the current state."""
         self.partial_gpu_s += dt * self.partial_held()
 
+    def on_arrive(self, j: Job) -> None:
+        """Job ``j`` is submitted: its pods join the queue (a raygpu gang's planned first)."""
+        if self.policy in RAYGPU_POLICIES and j.gang:
+            self.plan(j)
+        self.waiting.append(j)
+
     def on_other_event(self, kind: int, j: Job) -> bool:
         """Events of a subclass (kind >= 3); True when the state changed."""
         return False
@@ -271,9 +281,7 @@ class Sim:
                     self.free[n] += g
                     self.running_held[n] -= g
             elif kind == 1:
-                if self.policy in RAYGPU_POLICIES and j.gang:
-                    self.plan(j)
-                self.waiting.append(j)
+                self.on_arrive(j)
             elif kind == 2:  # give-up check
                 if j.start is None and j.held_since is not None and t - j.held_since >= self.give_up_s - 1e-6:
                     for n, g in j.placed:

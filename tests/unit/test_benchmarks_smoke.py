@@ -36,8 +36,9 @@ def test_gang_admission_quick() -> None:
     assert result["cluster"]["nodes"] > 0 and result["cluster"]["gpus"] > 0
     rows = result["rows"]
     shares = result["params"]["gang_shares"]
-    assert len(rows) == 4 * len(shares)
-    assert [r["policy"] for r in rows] == ["pods", "raycluster-gang", "raygpu", "raygpu+guard"] * len(shares)
+    assert len(rows) == 5 * len(shares)
+    policies = ["pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up"]
+    assert [r["policy"] for r in rows] == policies * len(shares)
     for r in rows:
         assert r["jobs"] == result["params"]["jobs"] > 0
         assert r["gangs"] > 0
@@ -47,9 +48,13 @@ def test_gang_admission_quick() -> None:
         assert 0 < r["mean_running_gpu_frac"] <= 1
         assert r["makespan_h"] > 0
         assert isinstance(r["deadlocks"], int) and r["deadlocks"] >= 0
-    raygpu = [r for r in rows if r["policy"] in ("raygpu", "raygpu+guard")]
+    raygpu = [r for r in rows if r["policy"] in ("raygpu", "raygpu+guard", "scale-up")]
     assert all(r["partial_gpu_h"] == 0 and r["deadlocks"] == 0 for r in raygpu)  # all-or-nothing holds nothing
-    assert all(r["plan_gang_calls"] == r["gangs"] for r in raygpu)  # every gang went through plan_gang
+    assert all(r["plan_gang_calls"] == r["gangs"] for r in raygpu if r["policy"] != "scale-up")  # one plan per gang
+    scale_up = [r for r in rows if r["policy"] == "scale-up"]  # one plan per reservation, retries included
+    assert all(r["plan_gang_calls"] == r["reservations"] >= r["gangs"] and r["unfinished"] == 0 for r in scale_up)
+    assert all(r["max_in_flight"] <= result["params"]["scale_up"]["in_flight"] == 4 for r in scale_up)
+    assert all(r["reaction_p50_s"] >= 10 and r["raygpu_p95_s"] > 0 for r in scale_up)  # grace + cycle at least
     guard = [r for r in rows if r["policy"] == "raygpu+guard"]
     assert all(r["held_idle_gpu_h"] >= 0 and r["reservations"] >= r["started_by_reservation"] for r in guard)
     assert result["params"]["backfill"] == "all" and result["clusters"]["quick"]["pools"] == 1  # quick: one scope
