@@ -38,7 +38,7 @@ RayCluster annotations:
   raygpu.io/idle-timeout           e.g. 300s, 10m       (default 10m; 1s to 30 days)
   raygpu.io/idle-timeout.<group>   per worker group override
   raygpu.io/gang-scale-up          on | off             (default off; independent of raygpu.io/reclaim)
-  raygpu.io/gang-scale-up-in-flight  1 to 64            (default 2: reservations waiting to be used)
+  raygpu.io/gang-scale-up-in-flight  1 to 64            (default 4: reservations waiting to be used)
   raygpu.io/gang-scale-up-timeout  e.g. 10m             (default 10m; 30s to 24h: unused by then, rolled back)
   raygpu.io/gang-backend           coscheduling | kueue | volcano | workload | none  (default none)
 Gang scale-up: a placement group pending for 10 s that fits on no Ray node

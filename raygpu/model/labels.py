@@ -31,7 +31,7 @@ KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what 
 # gang scale-up (raygpu.reclaim.scale_up, docs/gang-scale-up.md): the sidecar reserves a gang for each pending
 # placement group that raygpu did not create (Ray Train, Tune, Serve, vLLM); independent of raygpu.io/reclaim
 KEY_GANG_SCALE_UP = "raygpu.io/gang-scale-up"  # on | off (default off)
-KEY_GANG_SCALE_UP_IN_FLIGHT = "raygpu.io/gang-scale-up-in-flight"  # 1..64 (default 2): reservations not yet used
+KEY_GANG_SCALE_UP_IN_FLIGHT = "raygpu.io/gang-scale-up-in-flight"  # 1..64 (default 4): reservations not yet used
 KEY_GANG_SCALE_UP_TIMEOUT = "raygpu.io/gang-scale-up-timeout"  # 30s..24h (default 10m): used by then or rolled back
 POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
                KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_GANG_SCALE_UP,

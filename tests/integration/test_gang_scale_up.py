@@ -77,7 +77,8 @@ TRAIN = textwrap.dedent("""
     say(started=True)
     result = trainer.fit()
     ranks = [json.load(open(os.path.join(out, f))) for f in sorted(os.listdir(out)) if f.startswith("rank")]
-    say(ranks=ranks, error=None if result.error is None else str(result.error))
+    say(error=None if result.error is None else str(result.error))
+    say(ranks=ranks)
     labels = {n["NodeID"]: n.get("Labels") or {} for n in ray.nodes()}
     say(labels={r["node"]: labels.get(r["node"], {}) for r in ranks})
     assert "raygpu" not in sys.modules
@@ -102,8 +103,8 @@ def test_a_ray_train_data_parallel_trainer_gets_its_gang_every_rank_on_it_and_le
                              lambda: side.records("scale-up-reserved"), 120)
         group = reserved[0]["group"]
         assert reserved[0]["pods"] == 4, reserved
-        ranks = driver.next("ranks", 420)
-        assert driver.next("error", 5) is None, driver.log_path.read_text()[-3000:]
+        assert driver.next("error", 420) is None, driver.log_path.read_text()[-3000:]
+        ranks = driver.next("ranks", 5)
         labels = driver.next("labels", 10)
         assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3], ranks
         # every rank ran on a Ray node of a reservation's pods (its group, or one it followed to a new PG)
