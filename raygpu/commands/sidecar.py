@@ -93,6 +93,8 @@ def register(subparsers) -> None:
                         f"gangs) and <= {MAX_HEARTBEAT_TIMEOUT_S:g}")
     p.add_argument("--debug-heartbeat-timeout-floor-s", type=_non_negative, default=None,
                    help=argparse.SUPPRESS)  # the testbed's tests age a dead driver in seconds, not in three beats
+    p.add_argument("--debug-scale-up-backoff-s", type=_positive, default=30.0,
+                   help=argparse.SUPPRESS)  # the testbed's fault tests retry a failed gang scale-up in seconds
     add_request_timeout(p)
     p.add_argument("--debug-pause-before-apply-s", type=_non_negative, default=0.0,
                    help=argparse.SUPPRESS)  # fault injection for tests: widen the plan -> patch window
@@ -179,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = SidecarConfig(namespace=namespace, cluster=cluster, ray_address=args.ray_address,
                            interval_s=args.interval_s, startup_grace_s=args.startup_grace_s,
-                           heartbeat_timeout_s=args.heartbeat_timeout_s)
+                           heartbeat_timeout_s=args.heartbeat_timeout_s,
+                           scale_up_backoff_s=args.debug_scale_up_backoff_s)
     cache = ClusterCache(kube.api, namespace, cluster, on_problem=problem_reporter(kube, namespace, cluster)).start()
     pause = args.debug_pause_before_apply_s
     reclaimer = Reclaimer(kube, cache, config, metrics,

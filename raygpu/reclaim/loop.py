@@ -97,7 +97,8 @@ class Reclaimer:
         self._last_dry_run: tuple[str, ...] = ()
         self._last_cycle_s: float | None = None
         self._warm, self._cluster_policy = WarmKeeper(kube, self.metrics, self._event, self._ids), None
-        self._scale_up = GangScaleUp(kube, self.metrics, self._event, self._ids)
+        self._scale_up = GangScaleUp(kube, self.metrics, self._event, self._ids,
+                                     backoff_first_s=config.scale_up_backoff_s)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, once: bool = False) -> CycleReport | None:

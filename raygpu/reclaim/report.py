@@ -31,6 +31,7 @@ class SidecarConfig:
     startup_grace_s: float = 120.0
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
     ray_timeout_s: float = 10.0
+    scale_up_backoff_s: float = 30.0  # gang scale-up: the first back-off after a failure (doubling up to 10 min)
 
 
 @dataclass

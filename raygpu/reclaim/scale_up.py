@@ -55,8 +55,9 @@ class GangScaleUp:
     """What one sidecar remembers for gang scale-up, on its own clock, and its writes. Not thread-safe."""
 
     def __init__(self, kube: KubeAdapter, metrics: SidecarMetrics, event: Event,
-                 ids: Callable[[dict], dict]) -> None:
+                 ids: Callable[[dict], dict], *, backoff_first_s: float = BACKOFF_FIRST_S) -> None:
         self.kube, self.metrics, self._event, self._ids = kube, metrics, event, ids
+        self.backoff_first_s = backoff_first_s
         self.first_seen: dict[str, float] = {}  # placement group id -> when this process first saw it pending
         self.backoff_until: dict[str, float] = {}  # placement group id -> no reservation before then
         self._failures: dict[str, int] = {}  # placement group id -> failed or timed-out reservations in a row
@@ -110,7 +111,7 @@ class GangScaleUp:
         if not pg_id:
             return
         n = self._failures[pg_id] = self._failures.get(pg_id, 0) + 1
-        self.backoff_until[pg_id] = now_s + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (n - 1))
+        self.backoff_until[pg_id] = now_s + min(BACKOFF_MAX_S, self.backoff_first_s * 2 ** min(n - 1, 20))
 
     # ---------------------------------------------------------------------- act
     def act_marks(self, plan: ScaleUpPlan, cluster: RayClusterView,
