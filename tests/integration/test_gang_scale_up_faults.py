@@ -4,7 +4,8 @@ An unmodified Ray driver (no ``import raygpu``) makes a plain ``[{"GPU": 8}] * 2
 group and holds it until the test lets it go. While the sidecar makes its reservation, each of its writes
 fails once (503 on the state ConfigMap, the PodGroup and the RayCluster patch, and a ConfigMap create that
 lands but whose answer is lost); the sidecar is killed in the middle of making one (its RayCluster patch
-hangs) and again while it is READY. Every time: never two reservations (a poller samples the state
+hangs) and again while it is READY; the placement group is removed while its reservation is being made (its
+RayCluster patch is slowed down). Every time: never two reservations (a poller samples the state
 ConfigMaps and reservation groups all along), the job runs to its end, and nothing is left.
 """
 
@@ -22,7 +23,7 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.labels import LABEL_CREATED_BY, LABEL_RESERVATION
 from raygpu.testing import manifests as m
 from raygpu.testing.controlplane import ADMIN_TOKEN
-from raygpu.testing.faultproxy import Fail, Hang, Rule, start_for
+from raygpu.testing.faultproxy import Delay, Fail, Hang, Rule, start_for
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import CM_PATH, RC_PATH, body_has, nothing_left
 from tests.integration.sidecar_helpers import BRIDGE_WAIT_S, Driver, Sidecar
@@ -170,6 +171,48 @@ def test_a_sidecar_killed_while_reserving_and_again_while_ready_makes_exactly_on
             "gc-decision", reason="InUse"), 60)
         assert not side.records("scale-up-reserved") and not side.records("released")
         finish(driver, admin, ns, side, census)
+    finally:
+        census.stop()
+        driver.stop()
+        side.stop()
+
+
+REMOVE = textwrap.dedent("""
+    import json, sys, ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    assert "raygpu" not in sys.modules
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    say = lambda **kw: print(json.dumps(kw), flush=True)
+    pg = placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD")
+    say(pg=pg.id.hex())
+    sys.stdin.readline()  # the test says when: while the sidecar's reservation is being made
+    remove_placement_group(pg)
+    say(removed=True)
+    sys.stdin.readline()
+""")
+
+
+def test_a_placement_group_removed_while_its_reservation_is_made_is_rolled_back_and_nothing_left(env, testbed, ns,
+                                                                                                  tmp_path):
+    proxy, addr, kc = env
+    admin = KubeAdapter(str(testbed.kubeconfig))
+    slow = proxy.add(Rule(verb="PATCH", path=RC_PATH, action=Delay(8), times=1, when=body_has(b'"rg-pg-')))
+    census = Census(admin, ns)
+    side = Sidecar(testbed, ns, CLUSTER, addr, tmp_path / "sidecar.log", *BACKOFF, kubeconfig=kc)
+    driver = Driver(REMOVE, addr, tmp_path / "driver.log")
+    try:
+        pg_id = driver.next("pg", 120)
+        wait_for("the sidecar's RayCluster patch is on its way", lambda: any(s.rule is slow for s in proxy.log), 90)
+        driver.proc.stdin.write("remove\n")
+        driver.proc.stdin.flush()
+        assert driver.next("removed", 30) is True
+        assert proxy.wait_seen(lambda s: s.rule is slow, 30).upstream_status == 200  # the group landed after
+        side.wait("the reservation of the removed placement group released", lambda: side.records(
+            "released", reason="PlacementGroupGone"), 120)
+        wait_for("nothing left", lambda: nothing_left(admin, ns, CLUSTER), 120)
+        census.stop()
+        assert (census.most_configmaps, census.most_groups) == (1, 1), vars(census)
+        assert len(side.records("scale-up-reserved", placement_group=pg_id)) == 1
     finally:
         census.stop()
         driver.stop()
