@@ -261,27 +261,44 @@ def _pick(index: FreeIndex, u: Unit, shape: tuple, excluded: set[str], spare: di
 class _LaterIndex:
     """Counted nodes by (labels, total), ids sorted: the first that could take a unit once its work ends.
 
-    Grouped when first asked (a cycle whose units all fit free capacity never asks), by the items as they
-    come: two groups of one shape give the same answer as one (the lowest id of their firsts). Totals do not
-    change, so an answer is kept for every later question alike (a backlog asks the same thousands of times)."""
+    The answer is the lowest node id that qualifies, so the nodes are grouped in id order only as far as a
+    question needs: once a group of the nodes grouped so far has a node that qualifies, no node beyond them
+    can have a lower id. A backlog's questions are answered among the first few nodes; a question nothing
+    answers groups them all, once (what grouping every node when first asked cost). Nodes are grouped by the
+    items as they come: two groups of one shape give the same answer as one (the lower of their firsts).
+    Totals do not change, so an answer is kept for every later question alike (a backlog asks the same
+    thousands of times)."""
+
+    _FIRST_CHUNK = 64  # nodes grouped at the first question; each chunk after doubles what is grouped
 
     def __init__(self, hosts: dict[str, Host]) -> None:
         self._hosts = hosts
-        self._by_shape: list[tuple[dict[str, str], dict[str, float], list[str]]] | None = None
+        self._order: list[str] | None = None  # every node id, sorted (when first asked)
+        self._grouped = 0  # how many of ``_order`` are in ``_groups``
+        # (labels items, total items) -> (labels, total, the ids of the nodes grouped so far, in id order)
+        self._groups: dict[tuple, tuple[dict[str, str], dict[str, float], list[str]]] = {}
         self._answers: dict[tuple, str | None] = {}
 
-    @property
-    def _groups(self) -> list[tuple[dict[str, str], dict[str, float], list[str]]]:
-        if self._by_shape is None:
-            groups: dict[tuple, list[str]] = defaultdict(list)
-            hosts = self._hosts.values()  # each node's key made in C, one append each in Python
-            keys = zip(map(tuple, map(dict.items, map(_LABELS, hosts))),
-                       map(tuple, map(dict.items, map(_TOTAL, hosts))))
-            for key, nid in zip(keys, self._hosts):
-                groups[key].append(nid)
-            self._by_shape = [(self._hosts[ids[0]].labels, self._hosts[ids[0]].total, sorted(ids))
-                              for ids in groups.values()]
-        return self._by_shape
+    def _group_more(self) -> bool:
+        """Group the next chunk of nodes in id order; False when every node is grouped already."""
+        if self._order is None:
+            self._order = sorted(self._hosts)
+        done = self._grouped
+        if done >= len(self._order):
+            return False
+        upto = min(len(self._order), max(self._FIRST_CHUNK, 2 * done))
+        hosts, groups = self._hosts, self._groups
+        for nid in self._order[done:upto]:
+            h = hosts[nid]
+            labels, total = h.labels, h.total
+            key = (tuple(labels.items()), tuple(total.items()))
+            group = groups.get(key)
+            if group is None:
+                groups[key] = (labels, total, [nid])
+            else:
+                group[2].append(nid)
+        self._grouped = upto
+        return True
 
     def first(self, u: Unit, excluded: set[str], pg_total: dict[str, dict[str, float]]) -> str | None:
         """The first node that could take ``u`` once its work ends, not in ``excluded``, less what its PG
@@ -302,11 +319,17 @@ class _LaterIndex:
 
         if u.allowed is not None:
             return next((n for n in sorted(u.allowed) if n in self._hosts and ok(n)), None)
-        best = [n for n in sorted(pg_total) if ok(n)][:1]  # nodes this PG already uses: judged one by one
-        for labels, total, ids in self._groups:
-            if fits(u.demand, total) and matches_all(u.selectors, labels):
-                best += [next((n for n in ids if n not in excluded and n not in pg_total), None)]
-        return min((n for n in best if n is not None), default=None)
+        mine = next((n for n in sorted(pg_total) if ok(n)), None)  # nodes this PG already uses: one by one
+        while True:
+            best = None
+            for labels, total, ids in self._groups.values():
+                if fits(u.demand, total) and matches_all(u.selectors, labels):
+                    n = next((n for n in ids if n not in excluded and n not in pg_total), None)
+                    if n is not None and (best is None or n < best):
+                        best = n
+            if best is not None or not self._group_more():
+                break
+        return best if mine is None or (best is not None and best < mine) else mine
 
 
 def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str], budget: Steps,
