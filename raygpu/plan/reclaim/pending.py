@@ -116,7 +116,7 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
                    shapes)
     if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
         prove_together(pending, placed, index.copy(), index, candidates, spare, needed,
-                       lambda: [hosts[n].available for n in sorted(hosts)], budget, shapes)
+                       lambda: map(_AVAILABLE, map(hosts.__getitem__, sorted(hosts))), budget, shapes)
     if budget.exhausted:  # nothing is proved: every candidate that could take a pending bundle stays
         why = f"the planner ran out of search budget ({budget.spent}): it cannot prove the pending placement " \
               f"groups fit without it"

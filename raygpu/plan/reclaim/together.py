@@ -200,7 +200,8 @@ class _Asked:
 
     def __init__(self, base: FreeIndex, supply_of: Callable[[], Iterable[dict[str, float]]]) -> None:
         self._base, self._supply_of = base, supply_of
-        self._supply: dict[str, float] | None = None
+        self._free: list[dict[str, float]] | None = None  # every counted node's free resources (``supply_of``)
+        self._supply: dict[str, float] = {}  # resource -> ``_free`` summed, worked out when first asked
         self._sum: dict[str, float] = defaultdict(float)
         # per demand (items sorted): selector class -> units asked; all classes' buckets; units asked in all
         self._count: dict[tuple, dict[tuple, int]] = defaultdict(dict)  # demand -> selector class -> units
@@ -233,10 +234,8 @@ class _Asked:
 
     def room_with(self, us: list[Unit]) -> bool:
         self._fold()
-        if self._supply is None:
-            self._supply = _sum(self._supply_of())
         extra = _sum(u.demand for u in us)
-        if any(self._sum.get(k, 0.0) + v > self._supply.get(k, 0.0) + EPS for k, v in extra.items()):
+        if any(self._sum.get(k, 0.0) + v > self._supplied(k) + EPS for k, v in extra.items()):
             return False
         mine: dict[tuple, dict[tuple, int]] = defaultdict(dict)
         for u in us:
@@ -261,6 +260,15 @@ class _Asked:
                 if want > sum(self._holds[(d, key)] for key in keys):
                     return False
         return True
+
+    def _supplied(self, resource: str) -> float:
+        """The counted nodes' free ``resource`` summed (``_sum_of``): only the resources the PGs ask are summed."""
+        got = self._supply.get(resource)
+        if got is None:
+            if self._free is None:
+                self._free = list(self._supply_of())
+            got = self._supply[resource] = _sum_of(self._free, resource)
+        return got
 
     def _admitted(self, u: Unit, d: tuple, cls: tuple) -> None:
         if (d, cls) in self._admits:
@@ -306,5 +314,9 @@ def _sum(resources: Iterable[dict[str, float]]) -> dict[str, float]:
     """Per resource, its amounts (each at least 0) added one by one in the order given, from 0.0 (another order
     could differ in the last bit), each resource in one loop in C (``supply_of`` gives every counted node)."""
     rs = list(resources)
-    return {k: reduce(add, map(max, map(dict.get, rs, repeat(k), repeat(0.0)), repeat(0.0)), 0.0)
-            for k in dict.fromkeys(chain.from_iterable(rs))}
+    return {k: _sum_of(rs, k) for k in dict.fromkeys(chain.from_iterable(rs))}
+
+
+def _sum_of(resources: list[dict[str, float]], key: str) -> float:
+    """``_sum(resources)[key]`` (0.0 where no map has ``key``), without reading the other resources."""
+    return reduce(add, map(max, map(dict.get, resources, repeat(key), repeat(0.0)), repeat(0.0)), 0.0)
