@@ -47,7 +47,7 @@ from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_ho
 from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
-_AVAILABLE, _LABELS, _TOTAL = attrgetter("available"), attrgetter("labels"), attrgetter("total")
+_AVAILABLE, _PG_ID = attrgetter("available"), attrgetter("pg_id")
 
 
 class Host(Protocol):
@@ -98,7 +98,7 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     ``steps``: the searches' budget (default: ``plan.placement.CYCLE_STEPS`` placement steps).
     """
     budget = Steps() if steps is None else steps
-    pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
+    pending = sorted((p for p in pgs if p.state in _PENDING), key=_PG_ID)
     if not candidates or not pending:
         return PendingNeeds({})  # only candidates are ever needed
     spare = dict(spare)

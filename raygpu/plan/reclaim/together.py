@@ -31,13 +31,14 @@ import math
 from collections import defaultdict
 from functools import reduce
 from itertools import chain, repeat
-from operator import add
+from operator import add, attrgetter
 from typing import Callable, Iterable
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits
 from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement
 
+_PG_ID = attrgetter("pg_id")
 _Taken = tuple[PlacementGroupView, list[Unit], list[str]]  # a PG of ``taken``, its units, the node of each
 
 
@@ -55,18 +56,21 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     pass stops when it runs out, and the caller keeps what it could not judge); ``shapes``: each PG's units and
     signature (``plan.placement.Shapes``, shared with pass 2).
     """
-    order = sorted(pending, key=lambda pg: (pg.state is not PgState.RESCHEDULING, pg.pg_id))
+    by_id = sorted(pending, key=_PG_ID)  # (rescheduling first, id), as two stable passes: no key tuple per PG
+    order = [pg for pg in by_id if pg.state is PgState.RESCHEDULING] + \
+        [pg for pg in by_id if pg.state is not PgState.RESCHEDULING]
     taken: list[_Taken] = []
     # answers shared by the PGs of one signature (see the module docstring)
     left_none: set[tuple] = set()  # no placement on ``cur`` (until a joint placement rearranges ``taken``)
     alone_of: dict[tuple, list[str] | None | str] = {}  # placement on ``base`` on its own
     apart: set[tuple] = set()  # no placement together with ``taken``
 
-    def keep(nodes, why: str) -> None:
+    def keep(nodes, pgs: list[PlacementGroupView], tail: str) -> None:
+        why = None  # ``_why(pgs, tail)``, written only when a candidate is kept (most PGs keep none here)
         for nid in sorted(set(nodes)):
             if base.role[nid] == CAND:
                 c = candidates[nid]
-                needed[c.pod_name] = why
+                needed[c.pod_name] = why = why or _why(pgs, tail)
                 spare[c.group] -= 1
                 cur.set_role(nid, FREE)
                 base.set_role(nid, FREE)
@@ -90,7 +94,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
         if nodes is UNKNOWN:
             return _keep_all(order, base, spare, keep, steps, shapes)
         if nodes is not None:
-            keep(nodes, _why([pg], " beside the placement groups before it" if taken else ""))
+            keep(nodes, [pg], " beside the placement groups before it" if taken else "")
             _commit(cur, us, nodes, 1.0)
             taken.append((pg, us, nodes))
             asked.add(us)
@@ -120,7 +124,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
             continue  # proved: it cannot be placed together with the PGs before it
         left_none.clear()  # ``taken`` is placed anew: what it leaves is not a subset of what it left
         asked.add(us)
-        keep(found, _why([g[0] for g in group], " together"))
+        keep(found, [g[0] for g in group], " together")
         for _, tus, tnodes in taken:
             _commit(cur, tus, tnodes, -1.0)
         taken, at = [], 0
@@ -156,7 +160,7 @@ def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str,
                 if b.key not in read:
                     read.add(b.key)
                     nodes.update(base.cands(b))
-        keep(nodes, _why([pg], " with the others (the planner cannot prove they fit together without it)"))
+        keep(nodes, [pg], " with the others (the planner cannot prove they fit together without it)")
 
 
 def _why(pgs: list[PlacementGroupView], tail: str) -> str:
