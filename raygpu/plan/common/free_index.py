@@ -68,13 +68,14 @@ class FreeIndex:
     exclusion set (small: the nodes of one placement group), and ``pick`` asks both of every bucket at once. A heap entry is
     current while its node is in that bucket with that role; a node that comes back to a bucket may
     have two current entries there, which changes no answer (the same node, the same rank). Per node the
-    index keeps no object of its own but its candidate rank entry: bucket keys are shared, free heaps hold
-    the node ids themselves (at 20,000 Ray nodes a cycle builds it twice).
+    index keeps no object of its own but its candidate rank entry: a node points at its bucket object (which
+    is how an entry is judged current: no key hashed), free heaps hold the node ids themselves (at 20,000
+    Ray nodes a cycle builds it twice).
     """
 
     def __init__(self) -> None:
         self._buckets: dict[tuple, _Bucket] = {}
-        self._where: dict[str, tuple] = {}  # node id -> bucket key (the bucket's own, shared)
+        self._where: dict[str, _Bucket] = {}  # node id -> the bucket it is in (a live one: it holds the node)
         self.labels: dict[str, dict[str, str]] = {}
         self._label_key: dict[str, tuple] = {}  # node id -> its labels sorted, computed once
         self.free: dict[str, dict[str, float]] = {}
@@ -95,16 +96,17 @@ class FreeIndex:
         node id order, each node new: what ``add`` of each row in turn gives (the same nodes, buckets and
         heap entries), in one loop, each heap made at once."""
         out = cls()
-        buckets, where = out._buckets, out._where
+        buckets, where, labels_of, label_key_of = out._buckets, out._where, out.labels, out._label_key
+        group_of, rank_of, free_of, role_of = out.group, out.rank, out.free, out.role
         for nid, labels, free, role, group, rank, (label_key, free_key) in rows:
-            out.labels[nid], out._label_key[nid], out.group[nid], out.rank[nid] = labels, label_key, group, rank
-            out.free[nid], out.role[nid] = free, role
+            labels_of[nid], label_key_of[nid], group_of[nid], rank_of[nid] = labels, label_key, group, rank
+            free_of[nid], role_of[nid] = free, role
             key = (label_key, free_key)
             bucket = buckets.get(key)
             if bucket is None:
                 bucket = buckets[key] = _Bucket(key, labels, free)
             bucket.live += 1
-            where[nid] = bucket.key
+            where[nid] = bucket
             if role == FREE:
                 bucket.free_heap.append(nid)
             else:
@@ -130,10 +132,9 @@ class FreeIndex:
         items of ``free`` sorted, when the caller has them."""
         old = self._where.get(node_id)
         if old is not None:
-            bucket = self._buckets[old]
-            bucket.live -= 1
-            if bucket.live == 0:
-                del self._buckets[old]
+            old.live -= 1
+            if old.live == 0:
+                del self._buckets[old.key]
         self.free[node_id] = free
         self.role[node_id] = role
         key = (self._label_key[node_id], free_key if free_key is not None else tuple(sorted(free.items())))
@@ -141,7 +142,7 @@ class FreeIndex:
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(key, self.labels[node_id], free)
         bucket.live += 1
-        self._where[node_id] = bucket.key
+        self._where[node_id] = bucket
         if role == FREE:
             heapq.heappush(bucket.free_heap, node_id)
         else:
@@ -149,7 +150,7 @@ class FreeIndex:
 
     def free_key(self, node_id: str) -> tuple:
         """The items of the node's free resources sorted, as its bucket keys them (``move``'s ``free_key``)."""
-        return self._where[node_id][1]
+        return self._where[node_id].key[1]
 
     def copy(self) -> "FreeIndex":
         """An independent copy (cheaper than adding every node again: nothing is re-sorted)."""
@@ -157,8 +158,10 @@ class FreeIndex:
         out._buckets = {k: _Bucket(b.key, b.labels, b.free, b.live, list(b.free_heap),
                                    {g: list(h) for g, h in b.cand_heaps.items()}, b.takes)
                         for k, b in self._buckets.items()}
+        copy_of = {id(b): out._buckets[k] for k, b in self._buckets.items()}  # each bucket -> its copy
+        out._where = dict(zip(self._where, map(copy_of.__getitem__, map(id, self._where.values()))))
         out._shape_ids, out._less = self._shape_ids, self._less
-        out._where, out._label_key = dict(self._where), dict(self._label_key)
+        out._label_key = dict(self._label_key)
         out.labels, out.free, out.role = dict(self.labels), dict(self.free), dict(self.role)
         out.group, out.rank = dict(self.group), dict(self.rank)
         return out
@@ -184,13 +187,13 @@ class FreeIndex:
 
     def set_role(self, node_id: str, role: str) -> None:
         """``move`` to ``role`` on the node's free resources as they are."""
-        self.move(node_id, self.free[node_id], role, self._where[node_id][1])
+        self.move(node_id, self.free[node_id], role, self._where[node_id].key[1])
 
     def less(self, node_id: str, demand: dict[str, float], role: str | None = None) -> None:
         """``move`` the node to its free resources less ``demand`` (per resource of either, a missing one
         counting 0), to ``role`` (None: its own). What is left is worked out once per (free resources,
         demand): free maps are never changed in place, so the nodes of one bucket share it."""
-        free_key = self._where[node_id][1]
+        free_key = self._where[node_id].key[1]
         key = (free_key, tuple(demand.items()))
         got = self._less.get(key)
         if got is None:
@@ -229,8 +232,7 @@ class FreeIndex:
         return None, False
 
     def _current(self, bucket: _Bucket, node: str, role: str) -> bool:
-        return self._where.get(node) is bucket.key and self._buckets.get(bucket.key) is bucket \
-            and self.role[node] == role
+        return self._where.get(node) is bucket and self.role[node] == role
 
     def best_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
         """The lowest node id of the bucket's free role not in ``skip``."""
@@ -252,13 +254,12 @@ class FreeIndex:
 
     def _top_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
         """The first current entry of the bucket's free heap not in ``skip`` (stale entries are dropped)."""
-        heap, key, where, role = bucket.free_heap, bucket.key, self._where, self.role
-        live = self._buckets.get(key) is bucket
+        heap, where, role = bucket.free_heap, self._where, self.role
         held = []
         found = None
         while heap:
             node = heap[0]
-            if not live or where.get(node) is not key or role[node] != FREE:
+            if where.get(node) is not bucket or role[node] != FREE:
                 heapq.heappop(heap)  # stale: the node moved since
             elif node in skip:
                 held.append(heapq.heappop(heap))
@@ -273,14 +274,13 @@ class FreeIndex:
                   skip: set[str] | frozenset[str]) -> tuple[tuple, str] | None:
         """The first current entry (rank, node id) of the bucket's candidate heap of ``group`` not in ``skip``
         (stale entries are dropped)."""
-        key, where, role, group_of = bucket.key, self._where, self.role, self.group
-        live = self._buckets.get(key) is bucket
+        where, role, group_of = self._where, self.role, self.group
         held = []
         found = None
         while heap:
             entry = heap[0]
             node = entry[1]
-            if not live or where.get(node) is not key or role[node] != CAND or group_of[node] != group:
+            if where.get(node) is not bucket or role[node] != CAND or group_of[node] != group:
                 heapq.heappop(heap)  # stale: the node moved since
             elif node in skip:
                 held.append(heapq.heappop(heap))

@@ -136,24 +136,25 @@ def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], shapes: lis
     unit asks is left out unread (at 20,000 Ray nodes most are busy)."""
     gpu_floor = min((u.demand.get("GPU", 0.0) for u in shapes), default=0.0) - EPS
     judged: dict[tuple, tuple | None] = {}  # (labels, free) items as they come -> both sorted, None: takes no unit
-    taken = []
+    rows = []  # FreeIndex.build's rows, made as each node is read
+    get = candidates.get
     items = hosts.items()
     if gpu_floor > 0:  # in C: most nodes are busy, and one look at their free GPUs leaves them out
         frees = map(_AVAILABLE, hosts.values())
         items = compress(items, map(not_, map(lt, map(dict.get, frees, repeat("GPU"), repeat(0.0)), repeat(gpu_floor))))
     for nid, h in items:
-        free = h.available
-        raw = (tuple(h.labels.items()), tuple(free.items()))
+        labels, free = h.labels, h.available
+        raw = (tuple(labels.items()), tuple(free.items()))
         keys = judged.get(raw, judged)
         if keys is judged:
             keys = judged[raw] = (tuple(sorted(raw[0])), tuple(sorted(raw[1]))) if any(
-                fits(u.demand, free) and matches_all(u.selectors, h.labels) for u in shapes) else None
+                fits(u.demand, free) and matches_all(u.selectors, labels) for u in shapes) else None
         if keys is not None:
-            taken.append((nid, keys, h))  # node ids are unique: the sort never compares further
-    taken.sort()
-    get = candidates.get
-    return FreeIndex.build((nid, h.labels, h.available, FREE, "", (), keys) if (c := get(nid)) is None
-                           else (nid, h.labels, h.available, CAND, c.group, c.rank, keys) for nid, keys, h in taken)
+            c = get(nid)
+            rows.append((nid, labels, free, FREE, "", (), keys) if c is None
+                        else (nid, labels, free, CAND, c.group, c.rank, keys))
+    rows.sort()  # node ids are unique: the sort never compares further
+    return FreeIndex.build(rows)
 
 
 def _why(pg: PlacementGroupView, tail: str = "") -> str:
