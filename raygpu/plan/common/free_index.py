@@ -189,6 +189,26 @@ class FreeIndex:
         """``move`` to ``role`` on the node's free resources as they are."""
         self.move(node_id, self.free[node_id], role, self._where[node_id].key[1])
 
+    def set_roles(self, node_ids: Iterable[str], role: str) -> None:
+        """``set_role`` of each node, all at once: every node stays in its bucket (its free resources, and so
+        its bucket's key, do not change) with a new entry in the heap of ``role``, and each heap that got
+        entries is made a heap once (the same current entries as one ``set_role`` after another: the same
+        answers)."""
+        where, roles, group_of, rank_of = self._where, self.role, self.group, self.rank
+        touched: dict[int, list] = {}  # id -> each heap that got entries
+        for node_id in node_ids:
+            roles[node_id] = role
+            bucket = where[node_id]
+            if role == FREE:
+                heap = bucket.free_heap
+                heap.append(node_id)
+            else:
+                heap = bucket.cand_heaps.setdefault(group_of[node_id], [])
+                heap.append((rank_of[node_id], node_id))
+            touched[id(heap)] = heap
+        for heap in touched.values():
+            heapq.heapify(heap)
+
     def less(self, node_id: str, demand: dict[str, float], role: str | None = None) -> None:
         """``move`` the node to its free resources less ``demand`` (per resource of either, a missing one
         counting 0), to ``role`` (None: its own). What is left is worked out once per (free resources,

@@ -110,8 +110,7 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
                                {g.name: g.slots for g in growth}, growth)
     # pass 2's index: the candidates pass 1 needs stay, the others may go (their free resources, and so
     # their bucket's key, unchanged: only the role moves)
-    for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
-        start.set_role(nid, FREE)
+    start.set_roles([nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free], FREE)
     index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget,
                    shapes)
     if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
