@@ -231,16 +231,26 @@ class FreeIndex:
         ``best_free`` and ``best_cands`` over ``buckets``, in one pass (``plan.pending``'s simulation asks once
         per bundle); candidates are not looked at once a node of role ``free`` is found."""
         best_free = best_cand = None
-        group_of = self.group
+        group_of, where, role = self.group, self._where, self.role
         for b in self.buckets(demand, selectors, shape):
-            nid = self._top_free(b, skip)
+            # the usual heap top is current and not skipped: read here, the heap's walk only when it is not
+            heap = b.free_heap
+            if not heap:
+                nid = None
+            elif where.get(nid := heap[0]) is not b or role[nid] != FREE or nid in skip:
+                nid = self._top_free(b, skip)
             if nid is not None:
                 key = (b.free.get("GPU", 0.0), nid)
                 if best_free is None or key < best_free:
                     best_free = key
             elif best_free is None:
                 for g, heap in b.cand_heaps.items():
-                    top = self._top_cand(b, heap, g, skip)
+                    if not heap:
+                        continue
+                    top = heap[0]
+                    node = top[1]
+                    if where.get(node) is not b or role[node] != CAND or group_of[node] != g or node in skip:
+                        top = self._top_cand(b, heap, g, skip)
                     if top is not None:
                         key = (spare[group_of[top[1]]] <= 0, top[0])
                         if best_cand is None or key < best_cand[0]:
