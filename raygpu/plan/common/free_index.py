@@ -27,7 +27,10 @@ FREE, CAND = "free", "cand"
 
 def fits(demand: Mapping[str, float], have: Mapping[str, float]) -> bool:
     """Every positive demand is covered by ``have`` (missing keys count as 0)."""
-    return all(have.get(k, 0.0) + EPS >= v for k, v in demand.items() if v > 0)
+    for k, v in demand.items():  # a plain loop, no generator per call: asked per bundle, node and search step
+        if v > 0 and not have.get(k, 0.0) + EPS >= v:
+            return False
+    return True
 
 
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -46,7 +49,10 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def matches_all(selectors: list[dict[str, str]], labels: dict[str, str]) -> bool:
-    return all(matches(s, labels) for s in selectors)
+    for s in selectors:  # a plain loop, as in ``fits``
+        if not matches(s, labels):
+            return False
+    return True
 
 
 @dataclass
