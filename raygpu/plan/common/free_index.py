@@ -64,6 +64,10 @@ class _Bucket:
     free_heap: list[str] = field(default_factory=list)  # node ids
     cand_heaps: dict[str, list[tuple[tuple, str]]] = field(default_factory=dict)  # group -> (rank, node id)
     takes: dict[int, bool] = field(default_factory=dict)  # demand shape id -> fits and matches (see buckets)
+    # id of a demand ``less`` took from a node of this bucket -> [that demand (held: the id stays its own),
+    # what it leaves of the free resources, the bucket key of what it leaves, the bucket the node went to];
+    # this index's own (a copy starts without: its buckets are other objects)
+    after: dict[int, list] = field(default_factory=dict)
 
 
 class FreeIndex:
@@ -136,6 +140,13 @@ class FreeIndex:
     def move(self, node_id: str, free: dict[str, float], role: str, free_key: tuple | None = None) -> None:
         """Give ``node_id`` new free resources and role (its old heap entries go stale); ``free_key``: the
         items of ``free`` sorted, when the caller has them."""
+        key = (self._label_key[node_id], free_key if free_key is not None else tuple(sorted(free.items())))
+        self._move(node_id, free, role, key, None)
+
+    def _move(self, node_id: str, free: dict[str, float], role: str, key: tuple, hint: _Bucket | None) -> _Bucket:
+        """``move`` to the bucket of ``key``; ``hint``: a bucket of that key some node went to before, used
+        when it is still live (a live bucket is the one of its key: it is deleted when its last node leaves).
+        Returns the node's bucket."""
         old = self._where.get(node_id)
         if old is not None:
             old.live -= 1
@@ -143,16 +154,19 @@ class FreeIndex:
                 del self._buckets[old.key]
         self.free[node_id] = free
         self.role[node_id] = role
-        key = (self._label_key[node_id], free_key if free_key is not None else tuple(sorted(free.items())))
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = _Bucket(key, self.labels[node_id], free)
+        if hint is not None and hint.live:
+            bucket = hint
+        else:
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = _Bucket(key, self.labels[node_id], free)
         bucket.live += 1
         self._where[node_id] = bucket
         if role == FREE:
             heapq.heappush(bucket.free_heap, node_id)
         else:
             heapq.heappush(bucket.cand_heaps.setdefault(self.group[node_id], []), (self.rank[node_id], node_id))
+        return bucket
 
     def free_key(self, node_id: str) -> tuple:
         """The items of the node's free resources sorted, as its bucket keys them (``move``'s ``free_key``)."""
@@ -219,14 +233,18 @@ class FreeIndex:
         """``move`` the node to its free resources less ``demand`` (per resource of either, a missing one
         counting 0), to ``role`` (None: its own). What is left is worked out once per (free resources,
         demand): free maps are never changed in place, so the nodes of one bucket share it."""
-        free_key = self._where[node_id].key[1]
-        key = (free_key, tuple(demand.items()))
-        got = self._less.get(key)
-        if got is None:
-            free = self.free[node_id]
-            left = {k: free.get(k, 0.0) - demand.get(k, 0.0) for k in set(free) | set(demand)}
-            got = self._less[key] = (left, tuple(sorted(left.items())))
-        self.move(node_id, got[0], self.role[node_id] if role is None else role, got[1])
+        old = self._where[node_id]
+        step = old.after.get(id(demand))
+        if step is None or step[0] is not demand:  # first time from this bucket: the shared fact, then kept here
+            free_key = old.key[1]
+            key = (free_key, tuple(demand.items()))
+            got = self._less.get(key)
+            if got is None:
+                free = self.free[node_id]
+                left = {k: free.get(k, 0.0) - demand.get(k, 0.0) for k in set(free) | set(demand)}
+                got = self._less[key] = (left, tuple(sorted(left.items())))
+            step = old.after[id(demand)] = [demand, got[0], (self._label_key[node_id], got[1]), None]
+        step[3] = self._move(node_id, step[1], self.role[node_id] if role is None else role, step[2], step[3])
 
     def pick(self, demand: dict[str, float], selectors: list[dict[str, str]], skip: set[str] | frozenset[str],
              spare: dict[str, int], shape: tuple | None = None) -> tuple[str | None, bool]:
