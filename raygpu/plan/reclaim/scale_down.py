@@ -258,14 +258,16 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     gone = staying_on_node(deleted)  # deleted pods that counted among their node's occupants
     freed = sorted({w.node_name for w in deleted if w.node_name
                     and occupants.get(w.node_name, 0) == gone.get(w.node_name, 0)})
+    on_ray = [w for w in deleted if w.node]
+    gpus = [w.node.total.get("GPU", 0.0) for w in on_ray]  # RayNodeView.gpu_total, read once per deletion
     plan = ReclaimPlan(
         cluster=cluster.name, namespace=cluster.namespace,
         cluster_resource_version=cluster.resource_version, planned_at_s=now_s,
         to_delete=tuple(scale_downs),
         decisions=(),
         freed_k8s_nodes=tuple(freed),
-        reclaimed_gpus=sum(w.node.gpu_total for w in deleted if w.node),
-        idle_gpu_s=sum(w.node.gpu_total * (w.idle_for_s or 0.0) for w in deleted if w.node),
+        reclaimed_gpus=sum(gpus),  # the same terms in the same order as before: the same sums
+        idle_gpu_s=sum([g * (w.idle_for_s or 0.0) for g, w in zip(gpus, on_ray)]),
         search_budget_spent=budget_spent,
     )
     # every pod has its fields by now, in name order; made Decisions here, and not validated once more one
