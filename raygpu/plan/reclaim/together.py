@@ -238,9 +238,20 @@ class _Asked:
 
     def room_with(self, us: list[Unit]) -> bool:
         self._fold()
+        # Both tests must hold, so their order changes no answer. Hall's goes first when every bundle of ``us``
+        # is of a (demand, class) counted already (a backlog's PGs are of the shapes of ``taken``): then it only
+        # reads counts, and when it fails the supply of every counted node is never summed. Otherwise the
+        # supply first, as it fails before ``_admitted`` reads a new demand's buckets.
+        known = all(_keys(u) in self._admits for u in us)
+        if known and not self._hall(us):
+            return False
         extra = _sum(u.demand for u in us)
         if any(self._sum.get(k, 0.0) + v > self._supplied(k) + EPS for k, v in extra.items()):
             return False
+        return known or self._hall(us)
+
+    def _hall(self, us: list[Unit]) -> bool:
+        """Hall's condition per demand for ``taken`` and ``us`` (see the class docstring)."""
         mine: dict[tuple, dict[tuple, int]] = defaultdict(dict)
         for u in us:
             d, cls = _keys(u)
