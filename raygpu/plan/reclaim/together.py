@@ -57,8 +57,8 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     signature (``plan.placement.Shapes``, shared with pass 2).
     """
     by_id = sorted(pending, key=_PG_ID)  # (rescheduling first, id), as two stable passes: no key tuple per PG
-    order = [pg for pg in by_id if pg.state is PgState.RESCHEDULING] + \
-        [pg for pg in by_id if pg.state is not PgState.RESCHEDULING]
+    rescheduling = [pg for pg in by_id if pg.state is PgState.RESCHEDULING]
+    order = rescheduling + [pg for pg in by_id if pg.state is not PgState.RESCHEDULING] if rescheduling else by_id
     taken: list[_Taken] = []
     # answers shared by the PGs of one signature (see the module docstring)
     left_none: set[tuple] = set()  # no placement on ``cur`` (until a joint placement rearranges ``taken``)
