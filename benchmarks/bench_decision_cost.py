@@ -20,9 +20,10 @@ before each run; collections during a run are timed.
    on a 1/4/8-GPU cluster (``gang_templates`` once per cycle). Each part is
    timed alone and the cycle as a whole (its total); a least-squares line and a
    log-log fit over the sizes give its growth (ms per 1,000 nodes, and the
-   exponent: 1.0 is linear). The planners pause Python's cyclic garbage
-   collector while they run (``raygpu.plan.common.collector``); the column "GC on"
-   times the same cycle with the collector running, as before that change.
+   exponent: 1.0 is linear). The cycle runs with Python's cyclic garbage collector
+   paused around it, as the sidecar and the doctor run their planners
+   (``raygpu.plan.common.collector``); the column "GC on" times the same cycle with
+   the collector running.
    Two yardsticks that do not depend on the box (``benchmarks/_decision_reference.py``):
    "ref", one plain pass that reads every pod, Ray node and node once (the
    box's cost of touching the data: total/ref compares boxes), and the Python
@@ -49,7 +50,11 @@ before each run; collections during a run are timed.
    ``{"GPU": 8}`` (``backlog-4x8``: only the 1% phantom workers take a bundle). ``plan_reclaim``
    and the whole cycle of part 1 with that backlog in place of its N/10 PGs, CPU and wall, the
    lines the cycle executes, the workers kept for the PGs, and whether the pending-PG search ran
-   out of its step budget (``search_budget_spent``: it must not, up to 20,000 nodes).
+   out of its step budget (``search_budget_spent``: it must not, up to 20,000 nodes). Part 1's cycle
+   is all three planners on one index; the sidecar runs less: ``plan_cycle`` (``plan_gc``, then
+   ``plan_reclaim`` with its own Ray join, no doctor index, no ``reconcile``, no ``plan_gang``), with the
+   collector paused around it (``reclaim/loop.py``). The column "sidecar" times that call, on a
+   ``CycleState`` of the same pods, Ray view and RayCluster (no reservations).
 4. **``plan_gc``** at ``--gc-sizes`` reservations (1,000 to 16,000), each with its own worker
    group and state object, in turn live (its PG created), released, and its PG gone.
 
@@ -72,6 +77,7 @@ import time
 from benchmarks._common import machine, machine_line, print_table, save_plot
 from benchmarks._decision_reference import executed_lines, reference_pass
 from benchmarks.bench_reconcile import NOW_S, synthetic_snapshot
+from raygpu.model.cycle import CycleState
 from raygpu.model.gang import GangRequest
 from raygpu.model.gc import ReservationRecord, SeenAt
 from raygpu.model.labels import LABEL_RESERVATION
@@ -83,6 +89,7 @@ from raygpu.plan.common.collector import collector_paused
 from raygpu.plan.doctor.reconcile import reconcile
 from raygpu.plan.gang.reservation import gang_templates, plan_gang
 from raygpu.plan.doctor.checks_index import index_snapshot
+from raygpu.plan.reclaim.cycle import plan_cycle
 from raygpu.plan.reclaim.gc import plan_gc
 from raygpu.plan.reclaim.scale_down import plan_reclaim
 from raygpu.testing.builders import cluster_view
@@ -344,12 +351,15 @@ def backlog_rows(n: int, base: Snapshot, rc: RayClusterView, policy: ReclaimPoli
         snap = with_pending(base, backlog_pgs(base, shape))
         rcpu, rwall, plan = measure(paused(lambda: plan_reclaim(snap, rc, policy, NOW_S)), runs)
         ccpu, cwall, _ = measure(lambda: cycle(snap, rc, policy, gcl, reqs), runs)
+        state = CycleState(now_s=NOW_S, cluster=rc, pods=snap.k8s.pods, ray=snap.ray, policy=policy)
+        scpu, swall, _ = measure(paused(lambda: plan_cycle(state)), runs)  # as reclaim/loop.py runs it
         with collector_paused():
             lines = executed_lines(lambda: cycle(snap, rc, policy, gcl, reqs))
         out.append({"nodes": n, "shape": shape, "pending_pgs": len(snap.ray.placement_groups),
                     "idle_room_gpus": idle_room_gpus(base), "load_avg_1m": load,
                     "reclaim_ms": round(rcpu * 1e3, 2), "reclaim_wall_ms": round(rwall * 1e3, 2),
                     "cycle_ms": round(ccpu * 1e3, 2), "cycle_wall_ms": round(cwall * 1e3, 2),
+                    "sidecar_ms": round(scpu * 1e3, 2), "sidecar_wall_ms": round(swall * 1e3, 2),
                     "lines": lines, "lines_per_node": round(lines / n, 1),
                     "kept_for_pgs": sum(d.reason.value == "NeededByPendingPG" for d in plan.decisions),
                     "deletes": len(plan.deleted_pods), "search_budget_spent": plan.search_budget_spent,
@@ -508,10 +518,11 @@ def main(argv: list[str] | None = None) -> int:
         if c["ray_note"]:
             print(f"  {c['nodes']:,} nodes, {c['state']}: Ray {c['ray_note']}")
     print("\n3. The worst pending shapes: pending PGs asking twice the idle workers' GPUs (CPU and wall ms;"
-          " cycle = part 1's cycle with this backlog)")
+          " cycle = part 1's cycle with this backlog; sidecar = plan_cycle, the sidecar's decision)")
     print_table(backlog, [("nodes", "nodes", "d"), ("shape", "shape", "s"), ("pending_pgs", "pending PGs", "d"),
                           ("reclaim_ms", "plan_reclaim", ".1f"), ("reclaim_wall_ms", "wall", ".1f"),
                           ("cycle_ms", "cycle CPU ms", ".1f"), ("cycle_wall_ms", "cycle wall ms", ".1f"),
+                          ("sidecar_ms", "sidecar CPU ms", ".1f"), ("sidecar_wall_ms", "sidecar wall ms", ".1f"),
                           ("lines_per_node", "lines/node", ".1f"), ("kept_for_pgs", "kept for PGs", "d"),
                           ("deletes", "deletes", "d"), ("load_avg_1m", "load", ".2f"),
                           ("load_avg_1m_after", "load after", ".2f")])

@@ -2,7 +2,8 @@
 
 ``pick`` is ``buckets`` + ``best_free`` + ``best_cands`` in one pass (the simulation of ``plan.pending`` asks it
 once per bundle); ``less`` moves a node to its free resources less a demand with what is left worked out
-once per (free resources, demand); ``set_role`` moves it to another role on what it has. Seeded random
+once per (free resources, demand); ``set_role`` moves it to another role on what it has (``set_roles``: many at
+once, answering as one ``set_role`` after another). Seeded random
 indexes, changed by random steps, compared with those queries and with plain arithmetic after every step.
 """
 
@@ -89,3 +90,23 @@ def test_less_shares_what_is_left_by_the_nodes_of_one_bucket_without_sharing_the
     ix.less("a", {"GPU": -1.0})  # a new map: b's is not changed in place
     assert ix.free["a"] == {"GPU": 1.0, "CPU": 0.0} and ix.free["b"] == {"GPU": 0.0, "CPU": 0.0}
     assert ix.pick({"GPU": 1.0}, [], set(), {"g": 1}) == ("a", True)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_set_roles_answers_as_one_set_role_after_another(seed):
+    rng = random.Random(f"roles {seed}")
+    ix, mirror = _random_index(seed), _random_index(seed)
+    for _ in range(6):
+        role = rng.choice((FREE, CAND))
+        nodes = rng.sample(sorted(ix.free), k=rng.randrange(0, len(ix.free) + 1))
+        ix.set_roles(nodes, role)
+        for n in nodes:
+            mirror.set_role(n, role)
+        assert ix.role == mirror.role and ix.free == mirror.free
+        spare = {"g1": rng.randrange(-1, 3), "g2": rng.randrange(-1, 3)}
+        for demand in DEMANDS:
+            for selectors in SELECTORS:
+                skip = set(rng.sample(sorted(ix.free), k=min(2, len(ix.free))))
+                assert ix.pick(demand, selectors, skip, spare) == mirror.pick(demand, selectors, skip, spare)
+                assert sorted(n for b in ix.buckets(demand, selectors) for n in ix.cands(b)) == \
+                    sorted(n for b in mirror.buckets(demand, selectors) for n in mirror.cands(b))

@@ -27,7 +27,10 @@ FREE, CAND = "free", "cand"
 
 def fits(demand: Mapping[str, float], have: Mapping[str, float]) -> bool:
     """Every positive demand is covered by ``have`` (missing keys count as 0)."""
-    return all(have.get(k, 0.0) + EPS >= v for k, v in demand.items() if v > 0)
+    for k, v in demand.items():  # a plain loop, no generator per call: asked per bundle, node and search step
+        if v > 0 and not have.get(k, 0.0) + EPS >= v:
+            return False
+    return True
 
 
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -46,7 +49,10 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def matches_all(selectors: list[dict[str, str]], labels: dict[str, str]) -> bool:
-    return all(matches(s, labels) for s in selectors)
+    for s in selectors:  # a plain loop, as in ``fits``
+        if not matches(s, labels):
+            return False
+    return True
 
 
 @dataclass
@@ -58,6 +64,10 @@ class _Bucket:
     free_heap: list[str] = field(default_factory=list)  # node ids
     cand_heaps: dict[str, list[tuple[tuple, str]]] = field(default_factory=dict)  # group -> (rank, node id)
     takes: dict[int, bool] = field(default_factory=dict)  # demand shape id -> fits and matches (see buckets)
+    # id of a demand ``less`` took from a node of this bucket -> [that demand (held: the id stays its own),
+    # what it leaves of the free resources, the bucket key of what it leaves, the bucket the node went to];
+    # this index's own (a copy starts without: its buckets are other objects)
+    after: dict[int, list] = field(default_factory=dict)
 
 
 class FreeIndex:
@@ -68,13 +78,14 @@ class FreeIndex:
     exclusion set (small: the nodes of one placement group), and ``pick`` asks both of every bucket at once. A heap entry is
     current while its node is in that bucket with that role; a node that comes back to a bucket may
     have two current entries there, which changes no answer (the same node, the same rank). Per node the
-    index keeps no object of its own but its candidate rank entry: bucket keys are shared, free heaps hold
-    the node ids themselves (at 20,000 Ray nodes a cycle builds it twice).
+    index keeps no object of its own but its candidate rank entry: a node points at its bucket object (which
+    is how an entry is judged current: no key hashed), free heaps hold the node ids themselves (at 20,000
+    Ray nodes a cycle builds it twice).
     """
 
     def __init__(self) -> None:
         self._buckets: dict[tuple, _Bucket] = {}
-        self._where: dict[str, tuple] = {}  # node id -> bucket key (the bucket's own, shared)
+        self._where: dict[str, _Bucket] = {}  # node id -> the bucket it is in (a live one: it holds the node)
         self.labels: dict[str, dict[str, str]] = {}
         self._label_key: dict[str, tuple] = {}  # node id -> its labels sorted, computed once
         self.free: dict[str, dict[str, float]] = {}
@@ -95,16 +106,17 @@ class FreeIndex:
         node id order, each node new: what ``add`` of each row in turn gives (the same nodes, buckets and
         heap entries), in one loop, each heap made at once."""
         out = cls()
-        buckets, where = out._buckets, out._where
+        buckets, where, labels_of, label_key_of = out._buckets, out._where, out.labels, out._label_key
+        group_of, rank_of, free_of, role_of = out.group, out.rank, out.free, out.role
         for nid, labels, free, role, group, rank, (label_key, free_key) in rows:
-            out.labels[nid], out._label_key[nid], out.group[nid], out.rank[nid] = labels, label_key, group, rank
-            out.free[nid], out.role[nid] = free, role
+            labels_of[nid], label_key_of[nid], group_of[nid], rank_of[nid] = labels, label_key, group, rank
+            free_of[nid], role_of[nid] = free, role
             key = (label_key, free_key)
             bucket = buckets.get(key)
             if bucket is None:
                 bucket = buckets[key] = _Bucket(key, labels, free)
             bucket.live += 1
-            where[nid] = bucket.key
+            where[nid] = bucket
             if role == FREE:
                 bucket.free_heap.append(nid)
             else:
@@ -128,28 +140,37 @@ class FreeIndex:
     def move(self, node_id: str, free: dict[str, float], role: str, free_key: tuple | None = None) -> None:
         """Give ``node_id`` new free resources and role (its old heap entries go stale); ``free_key``: the
         items of ``free`` sorted, when the caller has them."""
+        key = (self._label_key[node_id], free_key if free_key is not None else tuple(sorted(free.items())))
+        self._move(node_id, free, role, key, None)
+
+    def _move(self, node_id: str, free: dict[str, float], role: str, key: tuple, hint: _Bucket | None) -> _Bucket:
+        """``move`` to the bucket of ``key``; ``hint``: a bucket of that key some node went to before, used
+        when it is still live (a live bucket is the one of its key: it is deleted when its last node leaves).
+        Returns the node's bucket."""
         old = self._where.get(node_id)
         if old is not None:
-            bucket = self._buckets[old]
-            bucket.live -= 1
-            if bucket.live == 0:
-                del self._buckets[old]
+            old.live -= 1
+            if old.live == 0:
+                del self._buckets[old.key]
         self.free[node_id] = free
         self.role[node_id] = role
-        key = (self._label_key[node_id], free_key if free_key is not None else tuple(sorted(free.items())))
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = _Bucket(key, self.labels[node_id], free)
+        if hint is not None and hint.live:
+            bucket = hint
+        else:
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = _Bucket(key, self.labels[node_id], free)
         bucket.live += 1
-        self._where[node_id] = bucket.key
+        self._where[node_id] = bucket
         if role == FREE:
             heapq.heappush(bucket.free_heap, node_id)
         else:
             heapq.heappush(bucket.cand_heaps.setdefault(self.group[node_id], []), (self.rank[node_id], node_id))
+        return bucket
 
     def free_key(self, node_id: str) -> tuple:
         """The items of the node's free resources sorted, as its bucket keys them (``move``'s ``free_key``)."""
-        return self._where[node_id][1]
+        return self._where[node_id].key[1]
 
     def copy(self) -> "FreeIndex":
         """An independent copy (cheaper than adding every node again: nothing is re-sorted)."""
@@ -157,8 +178,10 @@ class FreeIndex:
         out._buckets = {k: _Bucket(b.key, b.labels, b.free, b.live, list(b.free_heap),
                                    {g: list(h) for g, h in b.cand_heaps.items()}, b.takes)
                         for k, b in self._buckets.items()}
+        copy_of = {id(b): out._buckets[k] for k, b in self._buckets.items()}  # each bucket -> its copy
+        out._where = dict(zip(self._where, map(copy_of.__getitem__, map(id, self._where.values()))))
         out._shape_ids, out._less = self._shape_ids, self._less
-        out._where, out._label_key = dict(self._where), dict(self._label_key)
+        out._label_key = dict(self._label_key)
         out.labels, out.free, out.role = dict(self.labels), dict(self.free), dict(self.role)
         out.group, out.rank = dict(self.group), dict(self.rank)
         return out
@@ -184,20 +207,44 @@ class FreeIndex:
 
     def set_role(self, node_id: str, role: str) -> None:
         """``move`` to ``role`` on the node's free resources as they are."""
-        self.move(node_id, self.free[node_id], role, self._where[node_id][1])
+        self.move(node_id, self.free[node_id], role, self._where[node_id].key[1])
+
+    def set_roles(self, node_ids: Iterable[str], role: str) -> None:
+        """``set_role`` of each node, all at once: every node stays in its bucket (its free resources, and so
+        its bucket's key, do not change) with a new entry in the heap of ``role``, and each heap that got
+        entries is made a heap once (the same current entries as one ``set_role`` after another: the same
+        answers)."""
+        where, roles, group_of, rank_of = self._where, self.role, self.group, self.rank
+        touched: dict[int, list] = {}  # id -> each heap that got entries
+        for node_id in node_ids:
+            roles[node_id] = role
+            bucket = where[node_id]
+            if role == FREE:
+                heap = bucket.free_heap
+                heap.append(node_id)
+            else:
+                heap = bucket.cand_heaps.setdefault(group_of[node_id], [])
+                heap.append((rank_of[node_id], node_id))
+            touched[id(heap)] = heap
+        for heap in touched.values():
+            heapq.heapify(heap)
 
     def less(self, node_id: str, demand: dict[str, float], role: str | None = None) -> None:
         """``move`` the node to its free resources less ``demand`` (per resource of either, a missing one
         counting 0), to ``role`` (None: its own). What is left is worked out once per (free resources,
         demand): free maps are never changed in place, so the nodes of one bucket share it."""
-        free_key = self._where[node_id][1]
-        key = (free_key, tuple(demand.items()))
-        got = self._less.get(key)
-        if got is None:
-            free = self.free[node_id]
-            left = {k: free.get(k, 0.0) - demand.get(k, 0.0) for k in set(free) | set(demand)}
-            got = self._less[key] = (left, tuple(sorted(left.items())))
-        self.move(node_id, got[0], self.role[node_id] if role is None else role, got[1])
+        old = self._where[node_id]
+        step = old.after.get(id(demand))
+        if step is None or step[0] is not demand:  # first time from this bucket: the shared fact, then kept here
+            free_key = old.key[1]
+            key = (free_key, tuple(demand.items()))
+            got = self._less.get(key)
+            if got is None:
+                free = self.free[node_id]
+                left = {k: free.get(k, 0.0) - demand.get(k, 0.0) for k in set(free) | set(demand)}
+                got = self._less[key] = (left, tuple(sorted(left.items())))
+            step = old.after[id(demand)] = [demand, got[0], (self._label_key[node_id], got[1]), None]
+        step[3] = self._move(node_id, step[1], self.role[node_id] if role is None else role, step[2], step[3])
 
     def pick(self, demand: dict[str, float], selectors: list[dict[str, str]], skip: set[str] | frozenset[str],
              spare: dict[str, int], shape: tuple | None = None) -> tuple[str | None, bool]:
@@ -208,16 +255,26 @@ class FreeIndex:
         ``best_free`` and ``best_cands`` over ``buckets``, in one pass (``plan.pending``'s simulation asks once
         per bundle); candidates are not looked at once a node of role ``free`` is found."""
         best_free = best_cand = None
-        group_of = self.group
+        group_of, where, role = self.group, self._where, self.role
         for b in self.buckets(demand, selectors, shape):
-            nid = self._top_free(b, skip)
+            # the usual heap top is current and not skipped: read here, the heap's walk only when it is not
+            heap = b.free_heap
+            if not heap:
+                nid = None
+            elif where.get(nid := heap[0]) is not b or role[nid] != FREE or nid in skip:
+                nid = self._top_free(b, skip)
             if nid is not None:
                 key = (b.free.get("GPU", 0.0), nid)
                 if best_free is None or key < best_free:
                     best_free = key
             elif best_free is None:
                 for g, heap in b.cand_heaps.items():
-                    top = self._top_cand(b, heap, g, skip)
+                    if not heap:
+                        continue
+                    top = heap[0]
+                    node = top[1]
+                    if where.get(node) is not b or role[node] != CAND or group_of[node] != g or node in skip:
+                        top = self._top_cand(b, heap, g, skip)
                     if top is not None:
                         key = (spare[group_of[top[1]]] <= 0, top[0])
                         if best_cand is None or key < best_cand[0]:
@@ -229,8 +286,7 @@ class FreeIndex:
         return None, False
 
     def _current(self, bucket: _Bucket, node: str, role: str) -> bool:
-        return self._where.get(node) is bucket.key and self._buckets.get(bucket.key) is bucket \
-            and self.role[node] == role
+        return self._where.get(node) is bucket and self.role[node] == role
 
     def best_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
         """The lowest node id of the bucket's free role not in ``skip``."""
@@ -252,13 +308,12 @@ class FreeIndex:
 
     def _top_free(self, bucket: _Bucket, skip: set[str] | frozenset[str]) -> str | None:
         """The first current entry of the bucket's free heap not in ``skip`` (stale entries are dropped)."""
-        heap, key, where, role = bucket.free_heap, bucket.key, self._where, self.role
-        live = self._buckets.get(key) is bucket
+        heap, where, role = bucket.free_heap, self._where, self.role
         held = []
         found = None
         while heap:
             node = heap[0]
-            if not live or where.get(node) is not key or role[node] != FREE:
+            if where.get(node) is not bucket or role[node] != FREE:
                 heapq.heappop(heap)  # stale: the node moved since
             elif node in skip:
                 held.append(heapq.heappop(heap))
@@ -273,14 +328,13 @@ class FreeIndex:
                   skip: set[str] | frozenset[str]) -> tuple[tuple, str] | None:
         """The first current entry (rank, node id) of the bucket's candidate heap of ``group`` not in ``skip``
         (stale entries are dropped)."""
-        key, where, role, group_of = bucket.key, self._where, self.role, self.group
-        live = self._buckets.get(key) is bucket
+        where, role, group_of = self._where, self.role, self.group
         held = []
         found = None
         while heap:
             entry = heap[0]
             node = entry[1]
-            if not live or where.get(node) is not key or role[node] != CAND or group_of[node] != group:
+            if where.get(node) is not bucket or role[node] != CAND or group_of[node] != group:
                 heapq.heappop(heap)  # stale: the node moved since
             elif node in skip:
                 held.append(heapq.heappop(heap))

@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, sub
 
 from raygpu.model.findings import NodeStranded, StrandedReport
 from raygpu.model.raycluster import GroupTemplate
@@ -35,6 +37,8 @@ from raygpu.model.shapes import WHOLE_GPU
 from raygpu.model.views import PgState, Snapshot
 from raygpu.plan.doctor.checks_index import NodeTally, SnapshotIndex
 from raygpu.plan.doctor.facts import EPS, fmt, gpu_resources
+
+_STATE, _BUNDLES = attrgetter("state"), attrgetter("bundles")
 
 
 @dataclass(frozen=True)
@@ -81,11 +85,13 @@ def pending_gpu_requests(ix: SnapshotIndex, include_pending_pgs: bool = True) ->
     for pod in ix.pending_gpu_pods:
         for resource, count in ix.pod_gpus(pod).items():
             add(resource, count)
-    if include_pending_pgs:
-        for pg in ix.snapshot.ray.placement_groups:
-            if pg.state is PgState.PENDING:
-                for bundle in pg.bundles:
-                    add(WHOLE_GPU.resource, math.ceil(bundle.get("GPU", 0.0) - EPS))
+    if include_pending_pgs:  # every bundle of a pending PG, in C (a backlog is thousands): the first least count
+        pgs = ix.snapshot.ray.placement_groups
+        pending = compress(pgs, map(is_, map(_STATE, pgs), repeat(PgState.PENDING)))
+        gpus = map(dict.get, chain.from_iterable(map(_BUNDLES, pending)), repeat("GPU"), repeat(0.0))
+        counts = list(filter((0).__lt__, map(math.ceil, map(sub, gpus, repeat(EPS)))))  # ints: count > 0
+        if counts:
+            add(WHOLE_GPU.resource, min(counts))  # as each added in turn: min keeps the first of equals
     return smallest
 
 

@@ -47,7 +47,7 @@ from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_ho
 from raygpu.plan.reclaim.together import prove_together
 
 _PENDING = (PgState.PENDING, PgState.RESCHEDULING)
-_AVAILABLE, _LABELS, _TOTAL = attrgetter("available"), attrgetter("labels"), attrgetter("total")
+_AVAILABLE, _PG_ID = attrgetter("available"), attrgetter("pg_id")
 
 
 class Host(Protocol):
@@ -98,7 +98,7 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
     ``steps``: the searches' budget (default: ``plan.placement.CYCLE_STEPS`` placement steps).
     """
     budget = Steps() if steps is None else steps
-    pending = sorted((p for p in pgs if p.state in _PENDING), key=lambda p: p.pg_id)
+    pending = sorted((p for p in pgs if p.state in _PENDING), key=_PG_ID)
     if not candidates or not pending:
         return PendingNeeds({})  # only candidates are ever needed
     spare = dict(spare)
@@ -110,13 +110,12 @@ def needed_by_pending_pgs(pgs: tuple[PlacementGroupView, ...], hosts: dict[str, 
                                {g.name: g.slots for g in growth}, growth)
     # pass 2's index: the candidates pass 1 needs stay, the others may go (their free resources, and so
     # their bucket's key, unchanged: only the role moves)
-    for nid in sorted(nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free):
-        start.set_role(nid, FREE)
+    start.set_roles([nid for nid, c in candidates.items() if c.pod_name in needed and nid in start.free], FREE)
     index = _prove([pg for pg in pending if pg.pg_id not in placed], start, candidates, spare, needed, budget,
                    shapes)
     if sum(1 for pg_units in us if pg_units) > 1 and not budget.exhausted:
         prove_together(pending, placed, index.copy(), index, candidates, spare, needed,
-                       lambda: [hosts[n].available for n in sorted(hosts)], budget, shapes)
+                       lambda: map(_AVAILABLE, map(hosts.__getitem__, sorted(hosts))), budget, shapes)
     if budget.exhausted:  # nothing is proved: every candidate that could take a pending bundle stays
         why = f"the planner ran out of search budget ({budget.spent}): it cannot prove the pending placement " \
               f"groups fit without it"
@@ -136,24 +135,25 @@ def _index(hosts: dict[str, Host], candidates: dict[str, Candidate], shapes: lis
     unit asks is left out unread (at 20,000 Ray nodes most are busy)."""
     gpu_floor = min((u.demand.get("GPU", 0.0) for u in shapes), default=0.0) - EPS
     judged: dict[tuple, tuple | None] = {}  # (labels, free) items as they come -> both sorted, None: takes no unit
-    taken = []
+    rows = []  # FreeIndex.build's rows, made as each node is read
+    get = candidates.get
     items = hosts.items()
     if gpu_floor > 0:  # in C: most nodes are busy, and one look at their free GPUs leaves them out
         frees = map(_AVAILABLE, hosts.values())
         items = compress(items, map(not_, map(lt, map(dict.get, frees, repeat("GPU"), repeat(0.0)), repeat(gpu_floor))))
     for nid, h in items:
-        free = h.available
-        raw = (tuple(h.labels.items()), tuple(free.items()))
+        labels, free = h.labels, h.available
+        raw = (tuple(labels.items()), tuple(free.items()))
         keys = judged.get(raw, judged)
         if keys is judged:
             keys = judged[raw] = (tuple(sorted(raw[0])), tuple(sorted(raw[1]))) if any(
-                fits(u.demand, free) and matches_all(u.selectors, h.labels) for u in shapes) else None
+                fits(u.demand, free) and matches_all(u.selectors, labels) for u in shapes) else None
         if keys is not None:
-            taken.append((nid, keys, h))  # node ids are unique: the sort never compares further
-    taken.sort()
-    get = candidates.get
-    return FreeIndex.build((nid, h.labels, h.available, FREE, "", (), keys) if (c := get(nid)) is None
-                           else (nid, h.labels, h.available, CAND, c.group, c.rank, keys) for nid, keys, h in taken)
+            c = get(nid)
+            rows.append((nid, labels, free, FREE, "", (), keys) if c is None
+                        else (nid, labels, free, CAND, c.group, c.rank, keys))
+    rows.sort()  # node ids are unique: the sort never compares further
+    return FreeIndex.build(rows)
 
 
 def _why(pg: PlacementGroupView, tail: str = "") -> str:
@@ -261,27 +261,44 @@ def _pick(index: FreeIndex, u: Unit, shape: tuple, excluded: set[str], spare: di
 class _LaterIndex:
     """Counted nodes by (labels, total), ids sorted: the first that could take a unit once its work ends.
 
-    Grouped when first asked (a cycle whose units all fit free capacity never asks), by the items as they
-    come: two groups of one shape give the same answer as one (the lowest id of their firsts). Totals do not
-    change, so an answer is kept for every later question alike (a backlog asks the same thousands of times)."""
+    The answer is the lowest node id that qualifies, so the nodes are grouped in id order only as far as a
+    question needs: once a group of the nodes grouped so far has a node that qualifies, no node beyond them
+    can have a lower id. A backlog's questions are answered among the first few nodes; a question nothing
+    answers groups them all, once (what grouping every node when first asked cost). Nodes are grouped by the
+    items as they come: two groups of one shape give the same answer as one (the lower of their firsts).
+    Totals do not change, so an answer is kept for every later question alike (a backlog asks the same
+    thousands of times)."""
+
+    _FIRST_CHUNK = 64  # nodes grouped at the first question; each chunk after doubles what is grouped
 
     def __init__(self, hosts: dict[str, Host]) -> None:
         self._hosts = hosts
-        self._by_shape: list[tuple[dict[str, str], dict[str, float], list[str]]] | None = None
+        self._order: list[str] | None = None  # every node id, sorted (when first asked)
+        self._grouped = 0  # how many of ``_order`` are in ``_groups``
+        # (labels items, total items) -> (labels, total, the ids of the nodes grouped so far, in id order)
+        self._groups: dict[tuple, tuple[dict[str, str], dict[str, float], list[str]]] = {}
         self._answers: dict[tuple, str | None] = {}
 
-    @property
-    def _groups(self) -> list[tuple[dict[str, str], dict[str, float], list[str]]]:
-        if self._by_shape is None:
-            groups: dict[tuple, list[str]] = defaultdict(list)
-            hosts = self._hosts.values()  # each node's key made in C, one append each in Python
-            keys = zip(map(tuple, map(dict.items, map(_LABELS, hosts))),
-                       map(tuple, map(dict.items, map(_TOTAL, hosts))))
-            for key, nid in zip(keys, self._hosts):
-                groups[key].append(nid)
-            self._by_shape = [(self._hosts[ids[0]].labels, self._hosts[ids[0]].total, sorted(ids))
-                              for ids in groups.values()]
-        return self._by_shape
+    def _group_more(self) -> bool:
+        """Group the next chunk of nodes in id order; False when every node is grouped already."""
+        if self._order is None:
+            self._order = sorted(self._hosts)
+        done = self._grouped
+        if done >= len(self._order):
+            return False
+        upto = min(len(self._order), max(self._FIRST_CHUNK, 2 * done))
+        hosts, groups = self._hosts, self._groups
+        for nid in self._order[done:upto]:
+            h = hosts[nid]
+            labels, total = h.labels, h.total
+            key = (tuple(labels.items()), tuple(total.items()))
+            group = groups.get(key)
+            if group is None:
+                groups[key] = (labels, total, [nid])
+            else:
+                group[2].append(nid)
+        self._grouped = upto
+        return True
 
     def first(self, u: Unit, excluded: set[str], pg_total: dict[str, dict[str, float]]) -> str | None:
         """The first node that could take ``u`` once its work ends, not in ``excluded``, less what its PG
@@ -302,11 +319,17 @@ class _LaterIndex:
 
         if u.allowed is not None:
             return next((n for n in sorted(u.allowed) if n in self._hosts and ok(n)), None)
-        best = [n for n in sorted(pg_total) if ok(n)][:1]  # nodes this PG already uses: judged one by one
-        for labels, total, ids in self._groups:
-            if fits(u.demand, total) and matches_all(u.selectors, labels):
-                best += [next((n for n in ids if n not in excluded and n not in pg_total), None)]
-        return min((n for n in best if n is not None), default=None)
+        mine = next((n for n in sorted(pg_total) if ok(n)), None)  # nodes this PG already uses: one by one
+        while True:
+            best = None
+            for labels, total, ids in self._groups.values():
+                if fits(u.demand, total) and matches_all(u.selectors, labels):
+                    n = next((n for n in ids if n not in excluded and n not in pg_total), None)
+                    if n is not None and (best is None or n < best):
+                        best = n
+            if best is not None or not self._group_more():
+                break
+        return best if mine is None or (best is not None and best < mine) else mine
 
 
 def _prove(pending, index: FreeIndex, candidates, spare, needed: dict[str, str], budget: Steps,

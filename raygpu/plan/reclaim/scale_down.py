@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Container
-from operator import itemgetter
+from itertools import compress
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
@@ -54,6 +55,7 @@ class _Worker(NamedTuple):  # one per candidate (an idle worker it may delete): 
 
 
 _FIRST_TWO = itemgetter(0, 1)
+_BUNDLE_NODE_IDS, _PG_ID = attrgetter("bundle_node_ids"), attrgetter("pg_id")
 _WORKER_NAME = itemgetter(4)  # _Worker.name
 
 
@@ -189,7 +191,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         count_others(occupants, others, ns, going_away)
 
     def keep(w: _Worker, reason: ReclaimReason, detail: str) -> None:
-        decisions[w.name] = _fields(w.pod, w.group, w.node, w.idle_for_s, _KEEP, reason, detail)
+        decisions[w.name] = _fields(w, _KEEP, reason, detail)
 
     # 3. Pending-PG protection (plan.pending): keep the idle candidates that pending or
     # rescheduling PGs need to fit, after using every node that stays. Capacity counts
@@ -246,7 +248,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
                 reason, detail = R.IDLE, idle_details.get((w.group, w.idle_for_s))
                 if detail is None:
                     detail = idle_details[(w.group, w.idle_for_s)] = _idle_detail(w, policy)
-            decisions[w.name] = _fields(w.pod, w.group, w.node, w.idle_for_s, _DELETE, reason, detail)
+            decisions[w.name] = _fields(w, _DELETE, reason, detail)
         added = tuple(w.name for w in chosen)
         scale_downs.append(GroupScaleDown(
             group_name=g.group_name, group_index=index, old_replicas=g.replicas,
@@ -256,14 +258,16 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     gone = staying_on_node(deleted)  # deleted pods that counted among their node's occupants
     freed = sorted({w.node_name for w in deleted if w.node_name
                     and occupants.get(w.node_name, 0) == gone.get(w.node_name, 0)})
+    on_ray = [w for w in deleted if w.node]
+    gpus = [w.node.total.get("GPU", 0.0) for w in on_ray]  # RayNodeView.gpu_total, read once per deletion
     plan = ReclaimPlan(
         cluster=cluster.name, namespace=cluster.namespace,
         cluster_resource_version=cluster.resource_version, planned_at_s=now_s,
         to_delete=tuple(scale_downs),
         decisions=(),
         freed_k8s_nodes=tuple(freed),
-        reclaimed_gpus=sum(w.node.gpu_total for w in deleted if w.node),
-        idle_gpu_s=sum(w.node.gpu_total * (w.idle_for_s or 0.0) for w in deleted if w.node),
+        reclaimed_gpus=sum(gpus),  # the same terms in the same order as before: the same sums
+        idle_gpu_s=sum([g * (w.idle_for_s or 0.0) for g, w in zip(gpus, on_ray)]),
         search_budget_spent=budget_spent,
     )
     # every pod has its fields by now, in name order; made Decisions here, and not validated once more one
@@ -345,18 +349,20 @@ def _drained(w: _Worker, policy: ReclaimPolicy) -> str:
     return ""
 
 
-def _fields(pod: K8sPodView, group: str, node: RayNodeView | None, idle_for_s: float | None,
-            action: DecisionAction, reason: ReclaimReason, detail: str) -> dict:
-    """The fields of the pod's Decision, in field order (``Decision.typed_dicts``)."""
-    return {"pod_name": pod.name, "group": group, "action": action, "reason": reason, "detail": detail,
-            "k8s_node_name": pod.node_name, "ray_node_id": None if node is None else node.node_id,
-            "gpus": 0.0 if node is None else node.total.get("GPU", 0.0), "idle_for_s": idle_for_s}
+def _fields(w: _Worker, action: DecisionAction, reason: ReclaimReason, detail: str) -> dict:
+    """The fields of the candidate's Decision, in field order (``Decision.typed_dicts``); its pod's name and node
+    name as the main pass read them."""
+    node = w.node
+    return {"pod_name": w.name, "group": w.group, "action": action, "reason": reason, "detail": detail,
+            "k8s_node_name": w.node_name, "ray_node_id": None if node is None else node.node_id,
+            "gpus": 0.0 if node is None else node.total.get("GPU", 0.0), "idle_for_s": w.idle_for_s}
 
 
 def _bundle_holders(pgs: tuple[PlacementGroupView, ...]) -> dict[str, str]:
     """Ray node id -> the first (by id) live placement group with a bundle on it."""
     held: dict[str, str] = {}
-    for pg in sorted(pgs, key=lambda p: p.pg_id):
+    # only the PGs with a bundle on a node are sorted (a backlog is thousands of PGs with none), in C
+    for pg in sorted(compress(pgs, map(any, map(_BUNDLE_NODE_IDS, pgs))), key=_PG_ID):
         if pg.state is not PgState.REMOVED:
             for node_id in pg.bundle_node_ids:
                 if node_id:

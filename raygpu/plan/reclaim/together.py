@@ -31,13 +31,14 @@ import math
 from collections import defaultdict
 from functools import reduce
 from itertools import chain, repeat
-from operator import add
+from operator import add, attrgetter
 from typing import Callable, Iterable
 
 from raygpu.model.views import PgState, PlacementGroupView
 from raygpu.plan.common.free_index import CAND, EPS, FREE, FreeIndex, fits
 from raygpu.plan.reclaim.placement import UNKNOWN, Shapes, Steps, Unit, could_host, find_placement
 
+_PG_ID = attrgetter("pg_id")
 _Taken = tuple[PlacementGroupView, list[Unit], list[str]]  # a PG of ``taken``, its units, the node of each
 
 
@@ -55,18 +56,21 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
     pass stops when it runs out, and the caller keeps what it could not judge); ``shapes``: each PG's units and
     signature (``plan.placement.Shapes``, shared with pass 2).
     """
-    order = sorted(pending, key=lambda pg: (pg.state is not PgState.RESCHEDULING, pg.pg_id))
+    by_id = sorted(pending, key=_PG_ID)  # (rescheduling first, id), as two stable passes: no key tuple per PG
+    rescheduling = [pg for pg in by_id if pg.state is PgState.RESCHEDULING]
+    order = rescheduling + [pg for pg in by_id if pg.state is not PgState.RESCHEDULING] if rescheduling else by_id
     taken: list[_Taken] = []
     # answers shared by the PGs of one signature (see the module docstring)
     left_none: set[tuple] = set()  # no placement on ``cur`` (until a joint placement rearranges ``taken``)
     alone_of: dict[tuple, list[str] | None | str] = {}  # placement on ``base`` on its own
     apart: set[tuple] = set()  # no placement together with ``taken``
 
-    def keep(nodes, why: str) -> None:
+    def keep(nodes, pgs: list[PlacementGroupView], tail: str) -> None:
+        why = None  # ``_why(pgs, tail)``, written only when a candidate is kept (most PGs keep none here)
         for nid in sorted(set(nodes)):
             if base.role[nid] == CAND:
                 c = candidates[nid]
-                needed[c.pod_name] = why
+                needed[c.pod_name] = why = why or _why(pgs, tail)
                 spare[c.group] -= 1
                 cur.set_role(nid, FREE)
                 base.set_role(nid, FREE)
@@ -90,7 +94,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
         if nodes is UNKNOWN:
             return _keep_all(order, base, spare, keep, steps, shapes)
         if nodes is not None:
-            keep(nodes, _why([pg], " beside the placement groups before it" if taken else ""))
+            keep(nodes, [pg], " beside the placement groups before it" if taken else "")
             _commit(cur, us, nodes, 1.0)
             taken.append((pg, us, nodes))
             asked.add(us)
@@ -120,7 +124,7 @@ def prove_together(pending: list[PlacementGroupView], placed: dict[str, list[str
             continue  # proved: it cannot be placed together with the PGs before it
         left_none.clear()  # ``taken`` is placed anew: what it leaves is not a subset of what it left
         asked.add(us)
-        keep(found, _why([g[0] for g in group], " together"))
+        keep(found, [g[0] for g in group], " together")
         for _, tus, tnodes in taken:
             _commit(cur, tus, tnodes, -1.0)
         taken, at = [], 0
@@ -156,7 +160,7 @@ def _keep_all(order: list[PlacementGroupView], base: FreeIndex, spare: dict[str,
                 if b.key not in read:
                     read.add(b.key)
                     nodes.update(base.cands(b))
-        keep(nodes, _why([pg], " with the others (the planner cannot prove they fit together without it)"))
+        keep(nodes, [pg], " with the others (the planner cannot prove they fit together without it)")
 
 
 def _why(pgs: list[PlacementGroupView], tail: str) -> str:
@@ -200,7 +204,8 @@ class _Asked:
 
     def __init__(self, base: FreeIndex, supply_of: Callable[[], Iterable[dict[str, float]]]) -> None:
         self._base, self._supply_of = base, supply_of
-        self._supply: dict[str, float] | None = None
+        self._free: list[dict[str, float]] | None = None  # every counted node's free resources (``supply_of``)
+        self._supply: dict[str, float] = {}  # resource -> ``_free`` summed, worked out when first asked
         self._sum: dict[str, float] = defaultdict(float)
         # per demand (items sorted): selector class -> units asked; all classes' buckets; units asked in all
         self._count: dict[tuple, dict[tuple, int]] = defaultdict(dict)  # demand -> selector class -> units
@@ -233,11 +238,20 @@ class _Asked:
 
     def room_with(self, us: list[Unit]) -> bool:
         self._fold()
-        if self._supply is None:
-            self._supply = _sum(self._supply_of())
-        extra = _sum(u.demand for u in us)
-        if any(self._sum.get(k, 0.0) + v > self._supply.get(k, 0.0) + EPS for k, v in extra.items()):
+        # Both tests must hold, so their order changes no answer. Hall's goes first when every bundle of ``us``
+        # is of a (demand, class) counted already (a backlog's PGs are of the shapes of ``taken``): then it only
+        # reads counts, and when it fails the supply of every counted node is never summed. Otherwise the
+        # supply first, as it fails before ``_admitted`` reads a new demand's buckets.
+        known = all(_keys(u) in self._admits for u in us)
+        if known and not self._hall(us):
             return False
+        extra = _sum(u.demand for u in us)
+        if any(self._sum.get(k, 0.0) + v > self._supplied(k) + EPS for k, v in extra.items()):
+            return False
+        return known or self._hall(us)
+
+    def _hall(self, us: list[Unit]) -> bool:
+        """Hall's condition per demand for ``taken`` and ``us`` (see the class docstring)."""
         mine: dict[tuple, dict[tuple, int]] = defaultdict(dict)
         for u in us:
             d, cls = _keys(u)
@@ -261,6 +275,15 @@ class _Asked:
                 if want > sum(self._holds[(d, key)] for key in keys):
                     return False
         return True
+
+    def _supplied(self, resource: str) -> float:
+        """The counted nodes' free ``resource`` summed (``_sum_of``): only the resources the PGs ask are summed."""
+        got = self._supply.get(resource)
+        if got is None:
+            if self._free is None:
+                self._free = list(self._supply_of())
+            got = self._supply[resource] = _sum_of(self._free, resource)
+        return got
 
     def _admitted(self, u: Unit, d: tuple, cls: tuple) -> None:
         if (d, cls) in self._admits:
@@ -306,5 +329,9 @@ def _sum(resources: Iterable[dict[str, float]]) -> dict[str, float]:
     """Per resource, its amounts (each at least 0) added one by one in the order given, from 0.0 (another order
     could differ in the last bit), each resource in one loop in C (``supply_of`` gives every counted node)."""
     rs = list(resources)
-    return {k: reduce(add, map(max, map(dict.get, rs, repeat(k), repeat(0.0)), repeat(0.0)), 0.0)
-            for k in dict.fromkeys(chain.from_iterable(rs))}
+    return {k: _sum_of(rs, k) for k in dict.fromkeys(chain.from_iterable(rs))}
+
+
+def _sum_of(resources: list[dict[str, float]], key: str) -> float:
+    """``_sum(resources)[key]`` (0.0 where no map has ``key``), without reading the other resources."""
+    return reduce(add, map(max, map(dict.get, resources, repeat(key), repeat(0.0)), repeat(0.0)), 0.0)
