@@ -105,10 +105,15 @@ def parse_duration_s(value: str) -> float:
 
 def parse_idle_timeout_s(value: str) -> float:
     """An idle timeout (``parse_duration_s``) from ``MIN_IDLE_TIMEOUT_S`` to ``MAX_IDLE_TIMEOUT_S``; ValueError else."""
+    return _duration_between(value, MIN_IDLE_TIMEOUT_S, MAX_IDLE_TIMEOUT_S, f"{MAX_IDLE_TIMEOUT_S / 86400:g} days",
+                             "an idle timeout ")
+
+
+def _duration_between(value: str, low_s: float, high_s: float, high_shown: str, what: str = "") -> float:
+    """``parse_duration_s(value)`` from ``low_s`` to ``high_s`` (said as ``high_shown``); ValueError naming both."""
     seconds = parse_duration_s(value)
-    if not MIN_IDLE_TIMEOUT_S <= seconds <= MAX_IDLE_TIMEOUT_S:
-        raise ValueError(f"an idle timeout must be between {MIN_IDLE_TIMEOUT_S:g} s and "
-                         f"{MAX_IDLE_TIMEOUT_S / 86400:g} days, got {seconds:g} s")
+    if not low_s <= seconds <= high_s:
+        raise ValueError(f"{what}must be between {low_s:g} s and {high_shown}, got {seconds:g} s")
     return seconds
 
 
@@ -222,11 +227,7 @@ def _in_flight(raw: str) -> int:
 
 
 def _scale_up_timeout_s(raw: str) -> float:
-    seconds = parse_duration_s(raw)
-    if not MIN_SCALE_UP_TIMEOUT_S <= seconds <= MAX_SCALE_UP_TIMEOUT_S:
-        raise ValueError(f"must be between {MIN_SCALE_UP_TIMEOUT_S:g} s and {MAX_SCALE_UP_TIMEOUT_S / 3600:g} h, "
-                         f"got {seconds:g} s")
-    return seconds
+    return _duration_between(raw, MIN_SCALE_UP_TIMEOUT_S, MAX_SCALE_UP_TIMEOUT_S, f"{MAX_SCALE_UP_TIMEOUT_S / 3600:g} h")
 
 
 def _is_auto(raw: object) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import Field
 
 from raygpu.model.base import Frozen
+from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
 from raygpu.model.raycluster import ParseProblem
 
 
@@ -46,6 +47,16 @@ class RayNodeView(Frozen):
     @property
     def gpu_available(self) -> float:
         return self.available.get("GPU", 0.0)
+
+    @property
+    def reservation_group(self) -> str | None:
+        """The reservation worker group this node belongs to: its Ray label ``raygpu.io/reservation`` (the
+        backends put it on every reservation pod's Ray node), else its node type when that is a reservation
+        group's name (``rg-*``); None for any other node."""
+        group = self.labels.get(LABEL_RESERVATION)
+        if group:
+            return group
+        return self.node_type if self.node_type and self.node_type.startswith(RESERVATION_GROUP_PREFIX) else None
 
 
 class PgState(str, Enum):

@@ -212,8 +212,7 @@ def _free_workers(ray: RayView) -> FreeIndex:
     of role ``free`` (nothing is a candidate here). Reservation nodes are for their own placement groups."""
     rows = []
     for n in sorted(ray.nodes, key=lambda n: n.node_id):
-        if not n.alive or n.draining or LABEL_RESERVATION in n.labels or (
-                n.node_type or "").startswith(RESERVATION_GROUP_PREFIX):
+        if not n.alive or n.draining or n.reservation_group:
             continue
         free = {k: v for k, v in n.available.items() if v > 0}
         rows.append((n.node_id, n.labels, free, FREE, "", (), (tuple(sorted(n.labels.items())),

@@ -46,7 +46,7 @@ from raygpu.model.annotations import ClusterPolicy
 from raygpu.model.gc import GcAction, GcPlan, GcReason, ReservationRecord
 from raygpu.model.scale_up import ScaleUpPlan
 from raygpu.model.raycluster import RayClusterView
-from raygpu.model.labels import KEY_RECLAIM, LABEL_RESERVATION
+from raygpu.model.labels import KEY_RECLAIM
 from raygpu.model.reclaim import DecisionAction, ReclaimMode, ReclaimPlan, ReclaimPolicy
 from raygpu.model.views import RayView
 from raygpu.plan.common.collector import collector_paused
@@ -175,9 +175,9 @@ class Reclaimer:
             plan = plan_cycle(state)
         # 5. Report: decisions that changed, metrics. A dry run stops here.
         self._report(plan.reclaim, plan.gc, view, state.ray, mode, now_s)
-        report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=plan.reclaim, gc=plan.gc)
-        if mode is ReclaimMode.OFF:  # gang scale-up only: its own reservations are collected, nothing else
-            report = CycleReport(CycleOutcome.IDLE, mode=mode, gc=plan.gc)
+        off = mode is ReclaimMode.OFF  # gang scale-up only: its own reservations are collected, nothing else
+        report = CycleReport(CycleOutcome.IDLE, mode=mode, plan=None if off else plan.reclaim, gc=plan.gc)
+        if off:
             self._gang_scale_up(report, scale_up, cluster, cp, state, now_s)
             return _concluded(report)
         if mode is ReclaimMode.DRY_RUN:  # no scale-down; a dead driver's reservation is still released
@@ -336,7 +336,7 @@ class Reclaimer:
         """Ask Ray to drain every alive node of reservation group ``group``; why the release must wait ('' when
         every node was drained or none is left)."""
         for n in ray.nodes:
-            if not n.alive or n.draining or (n.labels.get(LABEL_RESERVATION) or n.node_type) != group:
+            if not n.alive or n.draining or n.reservation_group != group:
                 continue
             ok, why = self.drain(n.node_id, f"raygpu: releasing gang scale-up reservation group {group}")
             self.metrics.drains.labels("accepted" if ok else "rejected").inc()

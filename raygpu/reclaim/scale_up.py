@@ -93,10 +93,10 @@ class GangScaleUp:
         plan = plan_scale_up(cluster, policy, ray, reservations, now_s, first_seen=self.first_seen,
                              backoff_until=self.backoff_until)
         waiting = {pg for pg, _ in plan.waiting}
+        not_reserved = waiting | {i.pg_id for i in plan.reserve}  # one set, not one per placement group
         self.metrics.scale_up_pending.labels("waiting").set(len(waiting))
         self.metrics.scale_up_pending.labels("reserved").set(sum(
-            1 for pg in ray.placement_groups if pg.state is PgState.PENDING and pg.pg_id not in waiting
-            and pg.pg_id not in {i.pg_id for i in plan.reserve}))
+            1 for pg in ray.placement_groups if pg.state is PgState.PENDING and pg.pg_id not in not_reserved))
         for pg_id, why in plan.waiting:
             kind = _DIGITS.sub("", why)  # said again only when the reason changes, not its numbers
             if self._said.get(pg_id) != kind:
@@ -161,17 +161,10 @@ class GangScaleUp:
                                    request_id=uuid.uuid4().hex, scale_up_pg=item.pg_id)
             plan = plan_reserve(snap)  # InfeasibleError / PermanentError: nothing was written
         except PermanentError as e:
-            self.metrics.scale_up_reservations.labels("refused").inc()
-            self.failed(item.pg_id, now_s)
-            log.warning("scale-up-refused", extra={"fields": self._ids({**fields, "error": str(e)})})
-            self._say(cluster, item.pg_id, "GangScaleUpRefused", f"placement group {item.pg_id}: no gang "
-                      f"reservation can be planned: {e}")
-            return False
+            return self._give_up(cluster, item, now_s, fields, "refused", e, (
+                "GangScaleUpRefused", f"placement group {item.pg_id}: no gang reservation can be planned: {e}"))
         except RayGpuError as e:
-            self.metrics.scale_up_reservations.labels("failed").inc()
-            self.failed(item.pg_id, now_s)
-            log.warning("scale-up-failed", extra={"fields": self._ids({**fields, "error": str(e)})})
-            return False
+            return self._give_up(cluster, item, now_s, fields, "failed", e)
         try:
             rsv = act_reserve(self.kube, snap, plan, lambda m: log.info("scale-up-progress", extra={
                 "fields": self._ids({**fields, "detail": m})}), rollback_drain_s=0.0)
@@ -180,17 +173,11 @@ class GangScaleUp:
                 self.metrics.scale_up_reservations.labels("exists").inc()
                 log.info("scale-up-exists", extra={"fields": self._ids({**fields, "detail": str(e)})})
                 return False
-            self.metrics.scale_up_reservations.labels("failed").inc()
-            self.failed(item.pg_id, now_s)
-            log.warning("scale-up-failed", extra={"fields": self._ids({**fields, "error": str(e)})})
-            return False
+            return self._give_up(cluster, item, now_s, fields, "failed", e)
         except RayGpuError as e:
-            self.metrics.scale_up_reservations.labels("failed").inc()
-            self.failed(item.pg_id, now_s)
-            log.warning("scale-up-failed", extra={"fields": self._ids({**fields, "error": str(e)})})
-            self._say(cluster, item.pg_id, "GangScaleUpFailed", f"placement group {item.pg_id}: the gang "
-                      f"reservation {item.request.name} failed and was rolled back: {e}")
-            return False
+            return self._give_up(cluster, item, now_s, fields, "failed", e, (
+                "GangScaleUpFailed", f"placement group {item.pg_id}: the gang reservation {item.request.name} "
+                f"failed and was rolled back: {e}"))
         self.metrics.scale_up_reservations.labels("reserved").inc()
         gang = rsv.plan
         log.info("scale-up-reserved", extra={"fields": self._ids({
@@ -199,6 +186,17 @@ class GangScaleUp:
                     f"{item.request.strategy.value}): worker group {gang.reservation_group} x{gang.pod_count}, "
                     f"backend {gang.backend.value}: {gang.reason[:300]}", "Normal")
         return True
+
+    def _give_up(self, cluster: RayClusterView, item: ScaleUpItem, now_s: float, fields: dict, result: str,
+                 error: RayGpuError, say: tuple[str, str] | None = None) -> bool:
+        """One attempt for ``item`` ended without a reservation (``result``: refused or failed): counted, backed
+        off, logged as ``scale-up-<result>``, and with ``say`` (reason, message) a Warning Event once."""
+        self.metrics.scale_up_reservations.labels(result).inc()
+        self.failed(item.pg_id, now_s)
+        log.warning(f"scale-up-{result}", extra={"fields": self._ids({**fields, "error": str(error)})})
+        if say is not None:
+            self._say(cluster, item.pg_id, *say)
+        return False
 
     def _exists(self, state_configmap: dict) -> bool:
         """Whether the state ConfigMap of this name exists (made by an earlier cycle or process): best effort."""

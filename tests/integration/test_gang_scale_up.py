@@ -15,23 +15,12 @@ import time
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.labels import ANNOTATION_PLACEMENT_GROUP, LABEL_CREATED_BY, LABEL_RESERVATION
-from raygpu.testing import manifests as m
-from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import nothing_left
-from tests.integration.sidecar_helpers import BRIDGE_WAIT_S, Driver, Sidecar
-from tests.integration.util import alive_ray_nodes, ray_address, wait_for
+from tests.integration.scale_up_helpers import CLUSTER, UNMODIFIED, scale_up_cluster
+from tests.integration.sidecar_helpers import Driver, Sidecar
+from tests.integration.util import wait_for
 
-CLUSTER = "c"
-SCALE_UP = {"raygpu.io/gang-scale-up": "on", "raygpu.io/gang-backend": "coscheduling",
-            "raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "5s"}
-# no raygpu anywhere: what Ray Train's controller, Tune or a user's own script does
-PLAIN_PG = textwrap.dedent("""
-    import json, sys, ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-    assert "raygpu" not in sys.modules
-    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-    say = lambda **kw: print(json.dumps(kw), flush=True)
+PLAIN_PG = UNMODIFIED + textwrap.dedent("""
     pg = placement_group([{"GPU": 8}] * 4, strategy="STRICT_SPREAD")
     say(pg=pg.id.hex())
     say(ready=pg.wait(300))
@@ -89,12 +78,7 @@ def test_a_ray_train_data_parallel_trainer_gets_its_gang_every_rank_on_it_and_le
                                                                                            kube, tmp_path):
     t0 = time.monotonic()
     admin = KubeAdapter(str(testbed.kubeconfig))
-    pool.add({"cpu": "cpu16", **{f"g{i}": "h100x8" for i in range(4)}})
-    apply(kube, m.raycluster(CLUSTER, ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name,
-                             annotations=SCALE_UP))
-    addr = ray_address(testbed, ns, CLUSTER, timeout_s=BRIDGE_WAIT_S)
-    wait_for("the Ray head's GCS answers", lambda: bool(alive_ray_nodes(addr)), BRIDGE_WAIT_S,
-             log=testbed.logs / "bridge.log")
+    addr = scale_up_cluster(testbed, ns, pool, kube, gpu_nodes=4)
     side = Sidecar(testbed, ns, CLUSTER, addr, tmp_path / "sidecar.log")
     driver = Driver(TRAIN, addr, tmp_path / "driver.log")
     try:
@@ -125,12 +109,7 @@ def test_a_plain_strict_spread_placement_group_gets_its_gang_runs_and_leaves_not
                                                                                    tmp_path):
     t0 = time.monotonic()
     admin = KubeAdapter(str(testbed.kubeconfig))
-    pool.add({"cpu": "cpu16", **{f"g{i}": "h100x8" for i in range(4)}})
-    apply(kube, m.raycluster(CLUSTER, ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name,
-                             annotations=SCALE_UP))
-    addr = ray_address(testbed, ns, CLUSTER, timeout_s=BRIDGE_WAIT_S)
-    wait_for("the Ray head's GCS answers", lambda: bool(alive_ray_nodes(addr)), BRIDGE_WAIT_S,
-             log=testbed.logs / "bridge.log")
+    addr = scale_up_cluster(testbed, ns, pool, kube, gpu_nodes=4)
     side = Sidecar(testbed, ns, CLUSTER, addr, tmp_path / "sidecar.log")
     driver = Driver(PLAIN_PG, addr, tmp_path / "driver.log")
     try:

@@ -14,33 +14,22 @@ from __future__ import annotations
 import signal
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.labels import LABEL_CREATED_BY, LABEL_RESERVATION
-from raygpu.testing import manifests as m
 from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.faultproxy import Delay, Fail, Hang, Rule, start_for
-from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import CM_PATH, RC_PATH, body_has, nothing_left
-from tests.integration.sidecar_helpers import BRIDGE_WAIT_S, Driver, Sidecar
-from tests.integration.util import alive_ray_nodes, ray_address, wait_for
+from tests.integration.scale_up_helpers import CLUSTER, UNMODIFIED, scale_up_cluster
+from tests.integration.sidecar_helpers import Driver, Sidecar
+from tests.integration.util import wait_for
 
-CLUSTER = "c"
-SCALE_UP = {"raygpu.io/gang-scale-up": "on", "raygpu.io/gang-backend": "coscheduling",
-            "raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "5s"}
 BACKOFF = ("--debug-scale-up-backoff-s", "1")  # a failed attempt is retried in seconds, not 30 s
 PG_PATH = r"/apis/scheduling\.x-k8s\.io/v1alpha1/namespaces/[^/]+/podgroups"
-HOLD = textwrap.dedent("""
-    import json, sys, ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-    assert "raygpu" not in sys.modules
-    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-    say = lambda **kw: print(json.dumps(kw), flush=True)
+HOLD = UNMODIFIED + textwrap.dedent("""
     pg = placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD")
     say(pg=pg.id.hex())
     say(ready=pg.wait(400))
@@ -90,16 +79,11 @@ class Census:
 
 @pytest.fixture
 def env(testbed, ns, pool, kube, tmp_path, keep_on_failure):
-    """The cluster (4 x 8-GPU nodes, an 8-GPU template at 0 replicas, gang scale-up on), the proxy the sidecar
+    """The cluster (3 x 8-GPU nodes, an 8-GPU template at 0 replicas, gang scale-up on), the proxy the sidecar
     talks through, and the GCS address."""
     with start_for(testbed) as proxy:
         keep_on_failure("sidecar-proxy.log", proxy.write_log)
-        pool.add({"cpu": "cpu16", **{f"g{i}": "h100x8" for i in range(3)}})
-        apply(kube, m.raycluster(CLUSTER, ns, [m.worker_group("gpu", replicas=0, pool=pool.name)],
-                                 pool=pool.name, annotations=SCALE_UP))
-        addr = ray_address(testbed, ns, CLUSTER, timeout_s=BRIDGE_WAIT_S)
-        wait_for("the Ray head's GCS answers", lambda: bool(alive_ray_nodes(addr)), BRIDGE_WAIT_S,
-                 log=testbed.logs / "bridge.log")
+        addr = scale_up_cluster(testbed, ns, pool, kube, gpu_nodes=3)
         kc = proxy.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "sidecar.kubeconfig")
         yield proxy, addr, Path(kc)
 
@@ -177,12 +161,7 @@ def test_a_sidecar_killed_while_reserving_and_again_while_ready_makes_exactly_on
         side.stop()
 
 
-REMOVE = textwrap.dedent("""
-    import json, sys, ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    assert "raygpu" not in sys.modules
-    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-    say = lambda **kw: print(json.dumps(kw), flush=True)
+REMOVE = UNMODIFIED + textwrap.dedent("""
     pg = placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD")
     say(pg=pg.id.hex())
     sys.stdin.readline()  # the test says when: while the sidecar's reservation is being made

@@ -60,7 +60,7 @@ from typing import Iterable, Mapping
 from raygpu.model.gang import ReservationState
 from raygpu.model.gc import (DEFAULT_HEARTBEAT_TIMEOUT_S, GcAction, GcDecision, GcPlan, GcReason, OrphanGroup,
                              ReservationRecord, SeenAt, is_reservation_group)
-from raygpu.model.labels import LABEL_RESERVATION, RESERVATION_GROUP_PREFIX
+from raygpu.model.labels import LABEL_RESERVATION
 from raygpu.model.raycluster import GroupTemplate, RayClusterView
 from raygpu.model.views import PgState, RayView
 
@@ -71,14 +71,8 @@ INCOMPLETE_AFTER_S = 30.0  # a scale-up reservation still planned with no worker
 
 def pgs_on_groups(ray_view: RayView) -> dict[str, set[str]]:
     """Reservation worker group -> the placement groups (not REMOVED) with a bundle on one of its alive Ray
-    nodes. A node belongs to a group by its Ray label ``raygpu.io/reservation`` (the backends put it on every
-    reservation pod's Ray node), else by its node type when that is a reservation group's name. Linear."""
-    group_of: dict[str, str] = {}
-    for n in ray_view.nodes:
-        group = n.labels.get(LABEL_RESERVATION) or (n.node_type if n.node_type and n.node_type.startswith(
-            RESERVATION_GROUP_PREFIX) else None)
-        if n.alive and group:
-            group_of[n.node_id] = group
+    nodes (``RayNodeView.reservation_group``). Linear."""
+    group_of = {n.node_id: g for n in ray_view.nodes if n.alive and (g := n.reservation_group)}
     out: dict[str, set[str]] = {}
     if not group_of:
         return out
