@@ -223,13 +223,10 @@ def remove_reservation_group(kube: KubeAdapter, namespace: str, cluster: str, gr
     def scale_to_zero(idx: int, view) -> list[dict]:
         g = view.worker_groups[idx]
         pods = live_pods()
-        if g.replicas == 0 and g.min_replicas == 0 and g.max_replicas == 0 and set(pods) <= set(g.workers_to_delete):
+        if g.replicas == 0 and g.min_replicas == 0 and set(pods) <= set(g.workers_to_delete):
             return []  # already scaled to zero with every pod listed: nothing to write
-        # maxReplicas 0 too: Ray's in-tree autoscaler would otherwise count the group's room for other demand
-        # once its pods are gone, and launch into a group that is about to leave the spec
         return [*set_replicas(idx, 0, group),
                 {"op": "add", "path": f"/spec/workerGroupSpecs/{idx}/minReplicas", "value": 0},
-                {"op": "add", "path": f"/spec/workerGroupSpecs/{idx}/maxReplicas", "value": 0},
                 *set_workers_to_delete(idx, pods)]
     if not patch(scale_to_zero):
         return GroupOutcome.ABSENT
