@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks._common import machine, machine_line, print_table, save_plot
-from benchmarks._testbed_ray import RAY_USER, Proc, ray_autoscaler_role, start_ray_autoscaler, start_sidecar
+from raygpu.testing.rayprocs import RAY_USER, Proc, ray_autoscaler_role, start_ray_autoscaler, start_sidecar
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons
 from raygpu.testing import manifests as m

@@ -6,7 +6,7 @@ nodes) and RayCluster (a 1-GPU, 1-CPU worker group, 0..``--max-workers``
 replicas), with real Ray nodes started by the testbed's bridge:
 
 * scale-up: Ray's KubeRay autoscaler v2, as KubeRay's autoscaler container runs
-  it (``benchmarks._testbed_ray``), its own idle termination out of the way
+  it (``raygpu.testing.rayprocs``), its own idle termination out of the way
   (``idleTimeoutSeconds`` one day);
 * scale-down: raygpu's sidecar only, mode ``on``, a cycle every 5 s, start-up
   grace 30 s, with ``raygpu.io/idle-timeout`` ``auto``, ``60s`` or ``600s``;
@@ -44,7 +44,7 @@ from datetime import datetime
 from pathlib import Path
 
 from benchmarks._common import RESULTS, machine, machine_line, print_table
-from benchmarks._testbed_ray import RAY_USER, Proc, proc_env, ray_autoscaler_role, start_ray_autoscaler, start_sidecar
+from raygpu.testing.rayprocs import RAY_USER, Proc, proc_env, ray_autoscaler_role, start_ray_autoscaler, start_sidecar
 from benchmarks._warm_schedule import prior_demand, schedule, summarize
 from raygpu.model.labels import LABEL_POOL
 from raygpu.model.warm import GroupHistory

@@ -26,6 +26,12 @@ def register(sub) -> None:
                    help="the Kubernetes gang backend raygpu uses (default: coscheduling). workload: Kubernetes' "
                         "own Workload API with the default kube-scheduler alone, on a Kubernetes 1.37 testbed "
                         "(RAYGPU_TESTBED_KUBERNETES defaults to 1.37 for it) with deploy/workload applied")
+    p.add_argument("--unmodified", action="store_true",
+                   help="the same two tenants with UNMODIFIED Ray Train jobs (no raygpu in the job), three ways: "
+                        "Ray's own autoscaler; raygpu's gang scale-up beside Ray's autoscaler; gang scale-up alone "
+                        "(docs/gang-scale-up.md). Backend coscheduling. About 10 minutes")
+    p.add_argument("--arm", action="append", choices=["autoscaler", "scale-up+autoscaler", "scale-up"],
+                   help="with --unmodified: run only this arm (repeatable; default all three)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--keep-testbed", action="store_true", help="leave a testbed this command started running")
     p.set_defaults(func=run)
@@ -37,6 +43,13 @@ def _say(msg: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from raygpu.testing.testbed_lock import hold_testbed_lock
+    if args.arm and not args.unmodified:
+        print("raygpu demo: --arm needs --unmodified", file=sys.stderr)
+        return 2
+    if args.unmodified and args.backend != "coscheduling":
+        print("raygpu demo: --unmodified runs gang scale-up on backend coscheduling; leave --backend out",
+              file=sys.stderr)
+        return 2
     with hold_testbed_lock(progress=_say):  # the whole demo: no one restarts the testbed under it (docs/testbed.md)
         return _run(args)
 
@@ -69,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
             queue = "gpus"
         if args.backend == "workload":  # cluster-wide, idempotent: puts the reserved pods in their PodGroup
             install_workload_policy(dyn, ns)
+        if args.unmodified:
+            return _unmodified(args, tb, ns)
         _say("1) WITHOUT raygpu: plain Ray placement groups, the autoscalers add workers one by one")
         plain = deadlock.run(tb, ns, ns, "plain", progress=_say)
         deadlock.teardown(tb, ns)
@@ -91,6 +106,31 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(render(plain, gang, args.backend))
     return 0 if plain.deadlocked and all(t.ready_after_s for t in gang.tenants.values()) else 1
+
+
+UNMODIFIED = """\
+Now each team runs an UNMODIFIED Ray Train job (DataParallelTrainer, 6 workers x 8 GPUs; Ray Train makes
+the placement group, the job never imports raygpu), three ways.
+"""
+
+
+def _unmodified(args: argparse.Namespace, tb, ns: str) -> int:
+    from dataclasses import asdict
+
+    from raygpu.demo import deadlock, unmodified
+    _say(UNMODIFIED)
+    results = {}
+    for i, arm in enumerate(a for a in unmodified.ARMS if not args.arm or a in args.arm):
+        _say(f"{i + 1}) {arm}")
+        try:
+            results[arm] = unmodified.run_arm(tb, ns, ns, arm, progress=_say)
+        finally:
+            deadlock.teardown(tb, ns)
+    if args.json:
+        print(json.dumps({a: asdict(r) for a, r in results.items()}, indent=2, default=str))
+    else:
+        print(unmodified.render(results))
+    return 0 if unmodified.verdict(results) else 1
 
 
 def workload_policy() -> list[dict]:

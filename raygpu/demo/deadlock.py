@@ -129,16 +129,24 @@ def setup_clusters(tb, kube: KubeAdapter, ns: str, pool: str, annotations: dict[
     """Create the two tenants' RayClusters and wait for their Ray heads. Returns {cluster: address}."""
     from raygpu.testing.kube import apply, dynamic
     from raygpu.testing.procs import wait_for
-    from raygpu.testing.bridge import ray_clusters
     dyn = dynamic(tb.kubeconfig)
     for t in TENANTS:
         apply(dyn, m.raycluster(t, ns, [m.worker_group("gpu", replicas=0, max_replicas=8, pool=pool)], pool=pool,
                                 annotations=annotations))
 
-    def heads():
-        found = {c["cluster"]: c["address"] for c in ray_clusters(tb.root / "ray") if c["namespace"] == ns}
-        return found if all(t in found for t in TENANTS) else None
-    return wait_for("both tenants' Ray heads up", heads, 120, log=tb.logs / "bridge.log")
+    return wait_for("both tenants' Ray heads up", lambda: fresh_heads(tb, kube, ns, TENANTS), 120,
+                    log=tb.logs / "bridge.log")
+
+
+def fresh_heads(tb, kube: KubeAdapter, ns: str, clusters: tuple[str, ...]) -> dict[str, str] | None:
+    """{cluster: GCS address} once the bridge runs a Ray head for the head pod each cluster has NOW, else None.
+    A record of an earlier head of the same name (a cluster deleted and made again, whose old head the bridge
+    has not stopped yet) never counts: its head pod is not the current one."""
+    from raygpu.testing.bridge import ray_clusters
+    current = {p.ray_cluster: p.name for p in kube.ray_pods(ns) if p.is_head and not p.deleting}
+    found = {c["cluster"]: c["address"] for c in ray_clusters(tb.root / "ray")
+             if c["namespace"] == ns and c.get("head_pod") == current.get(c["cluster"])}
+    return found if all(t in found for t in clusters) else None
 
 
 def run(tb, ns: str, pool: str, mode: str, backend: str | None = None, *, queue: str | None = None,
@@ -262,3 +270,7 @@ def teardown(tb, ns: str) -> None:
             if p.deleting:
                 kube.core.patch_namespaced_pod(p.name, ns, {"metadata": {"finalizers": None}})
         wait_for("tenant pods gone", lambda: not kube.ray_pods(ns), 60)
+    from raygpu.testing.bridge import ray_clusters
+    wait_for("the bridge stopped the tenants' Ray heads",
+             lambda: not [c for c in ray_clusters(tb.root / "ray") if c["namespace"] == ns], 60,
+             log=tb.logs / "bridge.log")

@@ -11,6 +11,9 @@ class ScaleUpItem(Frozen):
 
     pg_id: str
     request: GangRequest
+    # the worker group to copy when the placement group's bundle label selectors allow only some (None: the
+    # planner chooses, as for any gang)
+    template: str | None = None
 
 
 class ScaleUpPlan(Frozen):

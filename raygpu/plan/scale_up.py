@@ -18,7 +18,11 @@ re-places it where its bundles were) gets a reservation when all of these hold:
    resources of the alive nodes that belong to no reservation (``plan.reclaim.placement``'s search, the
    fit the pending-PG protection uses); one that fits is left to Ray. A search that runs past its own
    steps counts as not fitting (Ray's scheduler does not backtrack that far either);
-5. fewer than ``in_flight`` of the cluster's scale-up reservations are waiting to be used.
+5. fewer than ``in_flight`` of the cluster's scale-up reservations are waiting to be used;
+6. where its bundles carry label selectors, one worker group's Ray labels (the group's ``labels``, which
+   KubeRay passes to ``ray start --labels``) satisfy every bundle's selector (Ray's syntax: ``value``,
+   ``!value``, ``in(a, b)``, ``!in(a, b)``): the reservation copies that group (the first such, in the
+   cluster's order). With none, no reservation is made and the plan says why.
 
 Oldest first; the searches share one budget (``plan.reclaim.placement.Steps``): when it runs out,
 no further placement group is judged this cycle (no reservation is made on a guess) and the plan says so.
@@ -102,14 +106,21 @@ def plan_scale_up(cluster: RayClusterView, policy: ClusterPolicy, ray: RayView,
         if budget.exhausted:
             waiting.append((pg.pg_id, f"not judged: {budget.spent}"))
             continue
-        us = units(pg)
-        nodes = find_placement(us, index, {}, candidates_too=False, steps=budget)
+        selectors = [sel for sel in pg.bundle_label_selectors if sel]
+        if selectors and not any(n.alive and n.reservation_group is None
+                                 and all(label_selector_matches(sel, n.labels) for sel in selectors)
+                                 for n in ray.nodes):
+            nodes = None  # no Ray node its selectors allow: it cannot be placed now whatever is free
+        else:
+            us = units(pg)
+            nodes = find_placement(us, index, {}, candidates_too=False, steps=budget)
         if nodes == UNKNOWN and budget.exhausted:
             waiting.append((pg.pg_id, f"not judged: {budget.spent}"))
             continue
         # a search past its own steps found no placement: Ray's scheduler, which does not search that far,
         # would not find one either, so it counts as not fitting
-        if isinstance(nodes, list):
+        if isinstance(nodes, list):  # (the fit itself does not read label selectors: a node that does not
+            # match one is taken as a place for it, which leaves the group to Ray, as the pending-PG protection does)
             for u, n in zip(us, nodes):
                 index.less(n, u.demand)
             waiting.append((pg.pg_id, "fits on the workers that exist now: left to Ray"))
@@ -121,7 +132,11 @@ def plan_scale_up(cluster: RayClusterView, policy: ClusterPolicy, ray: RayView,
             waiting.append((pg.pg_id, f"{policy.scale_up_in_flight} reservation(s) in flight already "
                                       "(raygpu.io/gang-scale-up-in-flight)"))
             continue
-        reserve.append(ScaleUpItem(pg_id=pg.pg_id, request=request_for(pg, cluster, policy)))
+        template, why = selector_template(pg, cluster)
+        if why:
+            waiting.append((pg.pg_id, why))
+            continue
+        reserve.append(ScaleUpItem(pg_id=pg.pg_id, request=request_for(pg, cluster, policy), template=template))
     spent = budget.spent if budget.exhausted else ""
     return ScaleUpPlan(reserve=tuple(reserve), ready=tuple(ready), retarget=tuple(retarget), waiting=tuple(waiting),
                        budget_spent=spent)
@@ -140,6 +155,42 @@ def autoscaler_risks(cluster: RayClusterView) -> list[tuple[str, int]]:
     room = [(g.group_name, g.max_replicas, g.max_replicas - g.replicas) for g in cluster.worker_groups
             if g.ray_gpus > 0 and not g.group_name.startswith(RESERVATION_GROUP_PREFIX) and g.max_replicas > g.replicas]
     return [(name, most) for name, most, _ in room] if sum(r for _, _, r in room) >= 2 else []
+
+
+def selector_template(pg: PlacementGroupView, cluster: RayClusterView) -> tuple[str | None, str]:
+    """(worker group, "") whose Ray labels satisfy every non-empty bundle label selector of ``pg`` (the first
+    such user group); (None, "") when ``pg`` has none; (None, why) when no group satisfies them all. A
+    reservation's own label is never among a user group's labels, so a selector naming it matches nothing
+    (``made_by_raygpu`` keeps those out before). Linear in groups x selector entries."""
+    selectors = [sel for sel in pg.bundle_label_selectors if sel]
+    if not selectors:
+        return None, ""
+    for g in cluster.worker_groups:
+        if g.group_name.startswith(RESERVATION_GROUP_PREFIX):
+            continue
+        if all(label_selector_matches(sel, g.ray_labels) for sel in selectors):
+            return g.group_name, ""
+    shown = sorted({f"{k}={v}" for sel in selectors for k, v in sel.items()})
+    return None, (f"no worker group's Ray labels satisfy its bundle label selectors ({', '.join(shown)}): "
+                  "set them on a worker group's labels")
+
+
+def label_selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Whether a Ray node with ``labels`` satisfies ``selector`` (Ray's syntax, ``ray._private.label_utils``):
+    ``value`` equal; ``!value`` absent or different; ``in(a, b)`` one of; ``!in(a, b)`` absent or none of."""
+    for key, raw in selector.items():
+        value = str(raw).strip()
+        negate = value.startswith("!")
+        if negate:
+            value = value[1:]
+        if value.startswith("in(") and value.endswith(")"):
+            allowed = {v.strip() for v in value[3:-1].split(",")}
+        else:
+            allowed = {value}
+        hit = key in labels and labels[key] in allowed
+        if hit == negate:
+            return False
+    return True
 
 
 def request_for(pg: PlacementGroupView, cluster: RayClusterView, policy: ClusterPolicy) -> GangRequest:

@@ -156,6 +156,8 @@ class GangScaleUp:
             backend = item.request.backend or policy.gang_backend
             builder = get_backend(backend, served=self.kube.api_group_kinds(WORKLOAD_GROUP)
                                   if backend is Backend.WORKLOAD else None)
+            if item.template is not None:  # the group the bundles' label selectors allow (plan.scale_up)
+                policy = policy.model_copy(update={"gang_template": item.template})
             snap = ReserveSnapshot(request=item.request, cluster=cluster, policy=policy, free=None,
                                    guard_policy=GuardPolicy(), backend=builder, now_s=now_s,
                                    request_id=uuid.uuid4().hex, scale_up_pg=item.pg_id)

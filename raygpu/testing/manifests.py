@@ -146,6 +146,15 @@ def driver_deploy_objects(namespace: str, cluster: str) -> list[dict[str, Any]]:
     return _fill_placeholder("driver", namespace, cluster, 1)
 
 
+def sidecar_scale_up_objects(namespace: str) -> list[dict[str, Any]]:
+    """The objects of ``deploy/sidecar-scale-up`` (the gang scale-up Role and its RoleBinding to the sidecar's
+    ServiceAccount) placed in ``namespace``; they name no RayCluster."""
+    out = _kustomize_resources(DEPLOY / "sidecar-scale-up")
+    for obj in out:
+        obj["metadata"]["namespace"] = namespace
+    return out
+
+
 def sidecar_policy_objects() -> list[dict[str, Any]]:
     """The cluster-scoped objects of ``deploy/sidecar-policy`` (ValidatingAdmissionPolicies and their bindings)."""
     return _kustomize_resources(DEPLOY / "sidecar-policy")

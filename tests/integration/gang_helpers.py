@@ -7,24 +7,10 @@ import time
 from typing import Callable, Iterable
 
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.model.labels import LABEL_RESERVATION
+from raygpu.testing.leftovers import reservation_leftovers as leftovers
 
 CM_PATH = r"/api/v1/namespaces/[^/]+/configmaps(/[^/]+)?"  # a ConfigMap, or the collection (LIST, WATCH, POST)
 RC_PATH = r"/apis/ray.io/v1/namespaces/[^/]+/rayclusters/[^/]+"  # one RayCluster
-
-
-def leftovers(kube: KubeAdapter, ns: str, cluster: str, keep: Iterable[str] = ()) -> dict:
-    """Everything a reservation could leave behind; ``keep``: names of a user's objects that look like ours."""
-    keep = set(keep)
-    view = kube.get_raycluster(ns, cluster)
-    left = {
-        "worker_groups": [g.group_name for g in view.worker_groups if g.group_name.startswith("rg-")],
-        "state_configmaps": [c["metadata"]["name"] for c in kube.list("v1", "ConfigMap", ns, LABEL_RESERVATION)],
-        "podgroups": [p["metadata"]["name"] for p in kube.list("scheduling.x-k8s.io/v1alpha1", "PodGroup", ns)],
-        "reserved_pods": [p.name for p in kube.ray_pods(ns, cluster) if LABEL_RESERVATION in p.labels],
-    }
-    return {k: [n for n in v if n not in keep and not any(n.startswith(f"{cluster}-{g}-") for g in keep)]
-            for k, v in left.items()}
 
 
 def nothing_left(kube: KubeAdapter, ns: str, cluster: str, keep: Iterable[str] = ()) -> dict | None:

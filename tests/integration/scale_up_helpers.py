@@ -24,6 +24,24 @@ UNMODIFIED = textwrap.dedent("""
     say = lambda **kw: print(json.dumps(kw), flush=True)
 """)
 
+# (a) of issue 25: a plain STRICT_SPREAD placement group of four 8-GPU bundles, a task on each, then removed
+PLAIN_PG = UNMODIFIED + textwrap.dedent("""
+    pg = placement_group([{"GPU": 8}] * 4, strategy="STRICT_SPREAD")
+    say(pg=pg.id.hex())
+    say(ready=pg.wait(300))
+
+    @ray.remote(num_gpus=8, num_cpus=0)
+    def where():
+        return ray.get_runtime_context().get_node_id()
+    nodes = ray.get([where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, placement_group_bundle_index=i)).remote() for i in range(4)], timeout=120)
+    say(nodes=nodes)
+    say(labels={n["NodeID"]: n.get("Labels") or {} for n in ray.nodes() if n["NodeID"] in nodes})
+    remove_placement_group(pg)
+    say(done=True)
+    assert "raygpu" not in sys.modules
+""")
+
 
 def scale_up_cluster(testbed, ns: str, pool, kube, gpu_nodes: int) -> str:
     """RayCluster ``c`` with gang scale-up on (backend coscheduling) and one 8-GPU template group at 0 replicas,

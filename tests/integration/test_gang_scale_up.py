@@ -16,26 +16,10 @@ import time
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.labels import ANNOTATION_PLACEMENT_GROUP, LABEL_CREATED_BY, LABEL_RESERVATION
 from tests.integration.gang_helpers import nothing_left
-from tests.integration.scale_up_helpers import CLUSTER, UNMODIFIED, scale_up_cluster
+from tests.integration.scale_up_helpers import CLUSTER, PLAIN_PG, scale_up_cluster
 from tests.integration.sidecar_helpers import Driver, Sidecar
 from tests.integration.util import wait_for
 
-PLAIN_PG = UNMODIFIED + textwrap.dedent("""
-    pg = placement_group([{"GPU": 8}] * 4, strategy="STRICT_SPREAD")
-    say(pg=pg.id.hex())
-    say(ready=pg.wait(300))
-
-    @ray.remote(num_gpus=8, num_cpus=0)
-    def where():
-        return ray.get_runtime_context().get_node_id()
-    nodes = ray.get([where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, placement_group_bundle_index=i)).remote() for i in range(4)], timeout=120)
-    say(nodes=nodes)
-    say(labels={n["NodeID"]: n.get("Labels") or {} for n in ray.nodes() if n["NodeID"] in nodes})
-    remove_placement_group(pg)
-    say(done=True)
-    assert "raygpu" not in sys.modules
-""")
 
 
 # Ray Train v2 (on by default in Ray 2.60): its controller creates the workers' placement group, PACK, one
@@ -132,6 +116,70 @@ def test_a_plain_strict_spread_placement_group_gets_its_gang_runs_and_leaves_not
         side.wait("the reservation released once the placement group is gone",
                   lambda: side.records("released", reason="PlacementGroupGone"), 120)
         wait_for("nothing left", lambda: nothing_left(admin, ns, CLUSTER), 120)
+    finally:
+        driver.stop()
+        side.stop()
+    print(f"wall time {time.monotonic() - t0:.0f}s")
+
+
+# Ray Tune (installed with ray[train]): one trial whose resources are a PlacementGroupFactory of two 8-GPU
+# bundles, STRICT_SPREAD; Tune's controller (in the driver) creates the trial's placement group, the trial runs
+# on bundle 0 and starts a task on bundle 1.
+TUNE = textwrap.dedent("""
+    import json, sys, tempfile, ray
+    from ray import tune
+    assert "raygpu" not in sys.modules
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+    say = lambda **kw: print(json.dumps(kw), flush=True)
+
+    def trial(config):
+        import ray
+        from ray import tune
+        from ray.util.placement_group import get_current_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        pg = get_current_placement_group()
+        where = ray.remote(num_gpus=8, num_cpus=0)(lambda: ray.get_runtime_context().get_node_id())
+        other = ray.get(where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=1)).remote(), timeout=120)
+        tune.report({"nodes": [ray.get_runtime_context().get_node_id(), other], "pg": pg.id.hex()})
+
+    factory = tune.PlacementGroupFactory([{"GPU": 8, "CPU": 0}] * 2, strategy="STRICT_SPREAD")
+    tuner = tune.Tuner(tune.with_resources(trial, factory), tune_config=tune.TuneConfig(num_samples=1),
+                       run_config=tune.RunConfig(name="gang-scale-up-tune", storage_path=tempfile.mkdtemp()))
+    say(started=True)
+    results = tuner.fit()
+    res = results[0]
+    say(error=None if res.error is None else str(res.error))
+    say(metrics={"nodes": res.metrics["nodes"], "pg": res.metrics["pg"]})
+    labels = {n["NodeID"]: n.get("Labels") or {} for n in ray.nodes()}
+    say(labels={n: labels.get(n, {}) for n in res.metrics["nodes"]})
+    assert "raygpu" not in sys.modules
+""")
+
+
+def test_a_ray_tune_trial_with_a_placement_group_factory_gets_its_gang_and_leaves_nothing(testbed, ns, pool, kube,
+                                                                                         tmp_path):
+    t0 = time.monotonic()
+    admin = KubeAdapter(str(testbed.kubeconfig))
+    addr = scale_up_cluster(testbed, ns, pool, kube, gpu_nodes=2)
+    side = Sidecar(testbed, ns, CLUSTER, addr, tmp_path / "sidecar.log")
+    driver = Driver(TUNE, addr, tmp_path / "driver.log")
+    try:
+        assert driver.next("started", 120) is True
+        reserved = side.wait("the sidecar reserves a gang for the trial's placement group",
+                             lambda: side.records("scale-up-reserved"), 120)
+        assert reserved[0]["pods"] == 2, reserved
+        assert driver.next("error", 300) is None, driver.log_path.read_text()[-3000:]
+        metrics = driver.next("metrics", 5)
+        labels = driver.next("labels", 10)
+        assert len(set(metrics["nodes"])) == 2, metrics  # STRICT_SPREAD: two Ray nodes ...
+        # ... each a node of the reservation made for this trial's placement group
+        assert {labels[n].get(LABEL_RESERVATION) for n in metrics["nodes"]} == {reserved[0]["group"]}, labels
+        assert reserved[0]["placement_group"] == metrics["pg"], (reserved, metrics)
+        assert driver.proc.wait(60) == 0, driver.log_path.read_text()[-3000:]
+        side.wait("the reservation released once the trial's placement group is gone",
+                  lambda: nothing_left(admin, ns, CLUSTER), 180)
+        assert len(side.records("scale-up-reserved")) == 1
     finally:
         driver.stop()
         side.stop()

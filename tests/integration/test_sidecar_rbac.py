@@ -1,9 +1,10 @@
-"""Issue 14 item 4: the sidecar's identity on the testbed, as deploy/ ships it.
+"""The sidecar's identity on the testbed, as deploy/ ships it.
 
 A RayCluster built from deploy/examples/raycluster-with-sidecar.yaml's head template, the ServiceAccount,
 Role and RoleBinding of deploy/sidecar for it, the admission policies of deploy/sidecar-policy, and a
 token minted for the ServiceAccount: with that token the sidecar does its whole job (scale-down, the
 garbage collector's group removal and ConfigMap delete), and the same token is refused everything else.
+With deploy/sidecar-scale-up bound as well, the same identity does gang scale-up for an unmodified driver.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ import pytest
 import yaml
 from kubernetes import client
 
+from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.labels import LABEL_CLUSTER, LABEL_POOL, LABEL_RESERVATION, LABEL_TESTBED_SHAPE
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import api_client, apply, delete
-from tests.integration.sidecar_helpers import GPU_RES, ON_5S, Sidecar, _ready, _spec_groups, _workers, refusals
+from tests.integration.gang_helpers import nothing_left
+from tests.integration.scale_up_helpers import CLUSTER, PLAIN_PG, scale_up_cluster
+from tests.integration.sidecar_helpers import (GPU_RES, ON_5S, Driver, Sidecar, _ready, _spec_groups, _workers,
+                                               refusals)
 from tests.integration.util import pods, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "raycluster-with-sidecar.yaml"
@@ -176,3 +181,78 @@ def _denied(call, policy: str) -> bool:
         return False
     except client.ApiException as e:
         return policy in str(e.body)
+
+
+def test_gang_scale_up_works_under_the_shipped_identity_and_policy_and_nothing_more(testbed, ns, pool, kube, core,
+                                                                                    tmp_path):
+    """deploy/sidecar + deploy/sidecar-scale-up + deploy/sidecar-policy, a token of the ServiceAccount: an
+    UNMODIFIED driver's pending placement group gets its gang from the sidecar, runs and leaves nothing; the
+    policy lets the sidecar append a reservation group only as a copy of a user group's pods."""
+    policy = m.sidecar_policy_objects()
+    try:
+        for obj in policy:
+            apply(kube, obj)
+        _run_scale_up(testbed, ns, pool, kube, core, tmp_path)
+    finally:
+        for obj in policy:
+            delete(kube, obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+
+
+def _run_scale_up(testbed, ns, pool, kube, core, tmp_path) -> None:
+    for obj in m.sidecar_deploy_objects(ns, CLUSTER) + m.sidecar_scale_up_objects(ns):
+        apply(kube, obj)
+    tok = core.create_namespaced_service_account_token("raygpu-sidecar", ns, {"spec": {"expirationSeconds": 900}})
+    kc = testbed.kubeconfig_for_token(tok.status.token, "raygpu-sidecar", tmp_path / "sa.kubeconfig")
+    sa_custom = client.CustomObjectsApi(api_client(kc))
+    addr = scale_up_cluster(testbed, ns, pool, kube, gpu_nodes=4)
+
+    def rc_patch(ops: list[dict]):  # a dry run passes through admission and changes nothing
+        return lambda: sa_custom.patch_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters", CLUSTER, ops, _content_type="application/json-patch+json",
+            dry_run="All")
+
+    def policy_denies() -> bool:
+        try:
+            rc_patch([{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}])()
+            return False
+        except client.ApiException as e:
+            return RC_POLICY in str(e.body)
+    wait_for("the RayCluster policy takes effect", policy_denies, 30)
+
+    def reservation_group(name: str, **spec) -> dict:
+        g = copy.deepcopy(_spec_groups(kube, ns)["gpu"]) | {"groupName": name, "replicas": 0}
+        g["template"].setdefault("metadata", {}).setdefault("labels", {})[LABEL_RESERVATION] = name
+        g["template"]["spec"].update(spec)
+        return g
+    add = lambda g: [{"op": "add", "path": "/spec/workerGroupSpecs/-", "value": g}]  # noqa: E731
+    rc_patch(add(reservation_group("rg-copy", schedulerName="scheduler-plugins-scheduler")))()  # allowed
+    image = _spec_groups(kube, ns)["gpu"]["template"]["spec"]["containers"]
+    other = [dict(image[0], image="busybox")] + image[1:]
+    for what, group in {
+        "a reservation group running another image": reservation_group("rg-rogue", containers=other),
+        "a reservation group with a host path": reservation_group("rg-rogue", volumes=[
+            {"name": "h", "hostPath": {"path": "/"}}]),
+        "a group labelled with another group's name": reservation_group("rg-rogue") | {"groupName": "rg-other"},
+        "a group named unlike a reservation": reservation_group("gpu2"),
+    }.items():
+        refused(rc_patch(add(group)), status=(403, 422), mentions=RC_POLICY)
+
+    admin = KubeAdapter(str(testbed.kubeconfig))
+    side = Sidecar(testbed, ns, CLUSTER, addr, tmp_path / "sidecar.log", kubeconfig=kc)
+    driver = Driver(PLAIN_PG, addr, tmp_path / "driver.log")
+    try:
+        pg_id = driver.next("pg", 120)
+        reserved = side.wait("the sidecar reserves a gang for the pending placement group",
+                             lambda: side.records("scale-up-reserved", placement_group=pg_id), 90)
+        assert reserved[0]["pods"] == 4, reserved
+        assert driver.next("ready", 300) is True, driver.log_path.read_text()[-3000:]
+        assert len(set(driver.next("nodes", 150))) == 4
+        assert driver.next("done", 60) is True
+        side.wait("the reservation released once the placement group is gone",
+                  lambda: side.records("released", reason="PlacementGroupGone"), 120)
+        wait_for("nothing left", lambda: nothing_left(admin, ns, CLUSTER), 120)
+        assert not refusals(side.lines), refusals(side.lines)
+        assert len(side.records("scale-up-reserved")) == 1
+    finally:
+        driver.stop()
+        side.stop()

@@ -77,6 +77,24 @@ def test_the_chart_with_sidecar_policy_adds_the_objects_of_deploy_sidecar_policy
     assert [o["spec"] for o in objects(yaml.safe_dump_all(m.sidecar_policy_objects()))] == [o["spec"] for o in policies]
 
 
+def test_the_chart_with_gang_scale_up_adds_the_objects_of_deploy_sidecar_scale_up(tmp_path):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "namespace": "ray", "nameSuffix": "-llm",
+        "resources": [os.path.relpath(REPO / "deploy" / "sidecar", overlay),
+                      os.path.relpath(REPO / "deploy" / "sidecar-scale-up", overlay)]}))
+    both = kustomize(overlay)
+    expected = [o for o in both if "scale-up" in o["metadata"]["name"]]
+    assert [(o["kind"], o["metadata"]["name"]) for o in expected] == [
+        ("Role", "raygpu-sidecar-scale-up-llm"), ("RoleBinding", "raygpu-sidecar-scale-up-llm")]
+    assert expected[1]["subjects"][0]["name"] == "raygpu-sidecar-llm"  # the sidecar's own, renamed alike
+    base = helm_template("--set", "cluster=llm", "--set", "nameSuffix=-llm")
+    rendered = helm_template("--set", "cluster=llm", "--set", "nameSuffix=-llm", "--set", "gangScaleUp.enabled=true")
+    assert [o for o in rendered if o not in base] == expected
+
+
 DRIVER_OVERLAY = REPO / "deploy" / "examples" / "driver-overlay"
 
 

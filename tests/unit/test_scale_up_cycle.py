@@ -232,3 +232,18 @@ def test_a_look_alike_configmap_of_that_name_is_never_overwritten():
     assert cm["data"] == {"k": "v"} and GROUP not in w.groups()
     assert w.sidecar.metrics.registry.get_sample_value("raygpu_scale_up_reservations_total",
                                                        {"result": "exists"}) == 1
+
+
+def test_bundle_label_selectors_choose_the_group_the_reservation_copies():
+    raw = recorded(**{"raygpu.io/reclaim": "off"})
+    small = next(g for g in raw["spec"]["workerGroupSpecs"] if g["groupName"] == "small")
+    small["labels"] = {"tier": "small"}
+    pg = PlacementGroupView(pg_id=PG, state=PgState.PENDING, strategy="PACK", bundles=({"GPU": 1.0},) * 2,
+                            bundle_node_ids=(None, None), bundle_label_selectors=({"tier": "small"},) * 2,
+                            created_ms=1.0)
+    w = World(raw, gpu_ray(pg))
+    w.cycle()
+    assert w.cycle(GRACE_S + 1).reserved == (NAME,)
+    spec = w.kube.raw["spec"]["workerGroupSpecs"][w.groups().index(GROUP)]
+    assert spec["labels"] == {"tier": "small", LABEL_RESERVATION: GROUP}  # Ray labels its selectors match
+    assert spec["template"]["spec"]["containers"] == small["template"]["spec"]["containers"]

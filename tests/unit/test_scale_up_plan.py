@@ -235,3 +235,59 @@ def test_gpu_groups_the_in_tree_autoscaler_could_grow_pod_by_pod_are_named():
     two_singles = (single, single.model_copy(update={"group_name": "two"}))
     assert len(autoscaler_risks(CLUSTER.model_copy(update={**on, "worker_groups": two_singles}))) == 2
     assert autoscaler_risks(CLUSTER.model_copy(update={"autoscaling_enabled": False, "worker_groups": (gpu,)})) == []
+
+
+# ------------------------------------------------------------------ bundle label selectors
+def labelled_cluster(**group_labels: dict) -> RayClusterView:
+    import copy
+    rc = copy.deepcopy(RECORDED)
+    for g in rc["spec"]["workerGroupSpecs"]:
+        if g["groupName"] in group_labels:
+            g["labels"] = group_labels[g["groupName"]]
+    return RayClusterView.from_k8s(rc)
+
+
+@pytest.mark.parametrize("selector,labels,matches", [
+    ({"gpu": "h100"}, {"gpu": "h100"}, True),
+    ({"gpu": "h100"}, {"gpu": "a100"}, False),
+    ({"gpu": "h100"}, {}, False),
+    ({"gpu": "!h100"}, {}, True),
+    ({"gpu": "!h100"}, {"gpu": "h100"}, False),
+    ({"gpu": "in(a100, h100)"}, {"gpu": "h100"}, True),
+    ({"gpu": "in(a100,h100)"}, {"gpu": "t4"}, False),
+    ({"gpu": "!in(a100, h100)"}, {"gpu": "t4"}, True),
+    ({"gpu": "!in(a100, h100)"}, {"gpu": "a100"}, False),
+    ({"gpu": "h100", "zone": "z1"}, {"gpu": "h100"}, False),
+])
+def test_ray_label_selector_syntax(selector, labels, matches):
+    from raygpu.plan.scale_up import label_selector_matches
+    assert label_selector_matches(selector, labels) is matches
+
+
+def test_a_placement_group_with_bundle_label_selectors_copies_the_group_whose_ray_labels_satisfy_them():
+    cluster = labelled_cluster(gpu={"gpu": "a100"}, small={"gpu": "h100"})
+    view = ray(pg(PG_A, n=2, gpus=1, selectors=({"gpu": "h100"},) * 2), nodes=(node("n1"),))
+    out = plan_scale_up(cluster, POLICY, view, (), NOW_S, first_seen={PG_A: NOW_S - 60}, backoff_until={})
+    assert [(i.pg_id, i.template) for i in out.reserve] == [(PG_A, "small")]
+    # without selectors the planner chooses the template, as for any gang
+    out = plan_scale_up(cluster, POLICY, ray(pg(PG_B)), (), NOW_S, first_seen={PG_B: NOW_S - 60}, backoff_until={})
+    assert [(i.pg_id, i.template) for i in out.reserve] == [(PG_B, None)]
+
+
+def test_a_placement_group_whose_selectors_no_group_satisfies_gets_no_reservation_and_the_plan_says_why():
+    cluster = labelled_cluster(gpu={"gpu": "a100"})
+    view = ray(pg(PG_A, selectors=({"gpu": "h100"},) * 4))
+    out = plan_scale_up(cluster, POLICY, view, (), NOW_S, first_seen={PG_A: NOW_S - 60}, backoff_until={})
+    assert out.reserve == ()
+    assert [(p, "gpu=h100" in why and "labels" in why) for p, why in out.waiting] == [(PG_A, True)]
+
+
+def test_free_workers_its_selectors_do_not_allow_do_not_count_as_room_for_it():
+    cluster = labelled_cluster(gpu={"gpu": "h100"})
+    free = (node("n1", gpus_free=8), node("n2", gpus_free=8))  # Ray nodes without the label, free
+    view = ray(pg(PG_A, n=2, selectors=({"gpu": "h100"},) * 2), nodes=free)
+    out = plan_scale_up(cluster, POLICY, view, (), NOW_S, first_seen={PG_A: NOW_S - 60}, backoff_until={})
+    assert [(i.pg_id, i.template) for i in out.reserve] == [(PG_A, "gpu")]
+    # the same free workers with no selector: it fits, left to Ray
+    out = plan(ray(pg(PG_B, n=2), nodes=free))
+    assert out.reserve == () and "fits" in out.waiting[0][1]

@@ -1,4 +1,5 @@
-"""Shared by the testbed benchmarks: subprocesses, and Ray's KubeRay autoscaler next to raygpu's sidecar.
+"""Processes next to a testbed RayCluster (the testbed benchmarks, ``raygpu demo --unmodified``): Ray's KubeRay
+autoscaler and raygpu's sidecar.
 
 ``ray_autoscaler_role`` is KubeRay's autoscaler Role bound to a client-certificate
 user; ``start_ray_autoscaler`` runs exactly what KubeRay's ``autoscaler`` container
@@ -14,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks._common import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 RAY_USER = "ray-autoscaler"
 
@@ -69,10 +70,12 @@ def start_sidecar(cluster: str, ns: str, gcs: str, kubeconfig: Path, log: Path, 
                             "--json-logs", *extra], proc_env(), log)
 
 
-def start_ray_autoscaler(tb, cluster: str, ns: str, gcs: str, crt: Path, key: Path, log: Path) -> Proc:
+def start_ray_autoscaler(tb, cluster: str, ns: str, gcs: str, crt: Path, key: Path, log: Path,
+                         env: dict[str, str] | None = None) -> Proc:
     """Ray's KubeRay autoscaler for ``ns/cluster`` (the version in the RayCluster's ``autoscalerOptions``),
-    talking to the testbed's API server with the client certificate ``crt``/``key``."""
-    env = {**proc_env(), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+    talking to the testbed's API server with the client certificate ``crt``/``key``; ``env``: more environment
+    (what ``autoscalerOptions.env`` gives KubeRay's autoscaler container)."""
+    env = {**proc_env(), **(env or {}), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
            "KUBERNETES_SERVICE_PORT_HTTPS": str(tb.state["ports"]["apiserver"]),
            "RAY_KUBERAY_CLIENT_CERT_PATH": str(crt), "RAY_KUBERAY_CLIENT_KEY_PATH": str(key),
            "RAY_KUBERAY_CA_CERT_PATH": str(tb.root / "pki" / "ca.crt")}
