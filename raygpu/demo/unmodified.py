@@ -38,7 +38,7 @@ ARMS: dict[str, dict[str, bool]] = {
     "scale-up": {"autoscaler": False, "scale_up": True},
 }
 SCALE_UP = {"raygpu.io/gang-scale-up": "on", "raygpu.io/gang-backend": "coscheduling",
-            "raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "60s"}
+            "raygpu.io/reclaim": "on", "raygpu.io/idle-timeout": "120s"}  # above the autoscaler's 60 s
 # docs/gang-scale-up.md "Beside Ray's in-tree autoscaler": what the autoscaler container gets
 AUTOSCALER_ENV = {"RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S": "86400"}
 
