@@ -78,7 +78,8 @@ class Sidecar:
 
 
 class Driver:
-    """A Ray driver in a subprocess that prints one JSON object per line (stderr to a log file)."""
+    """A Ray driver in a subprocess that prints one JSON object per line (stderr to a log file; other stdout
+    lines, such as Ray Tune's progress tables, are kept in ``other``)."""
 
     def __init__(self, script: str, address: str, log_path: Path) -> None:
         self.log_path = log_path
@@ -86,8 +87,19 @@ class Driver:
         self.proc = subprocess.Popen([sys.executable, "-c", script, address], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._err, text=True, cwd=REPO)
         self._q: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [self._q.put(json.loads(line)) for line in self.proc.stdout],
-                         daemon=True).start()
+        self.other: list[str] = []  # stdout lines that are not the driver's JSON (a library's own output)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = None
+            if isinstance(msg, dict):
+                self._q.put(msg)
+            else:
+                self.other.append(line)
 
     def next(self, key: str, timeout_s: float):
         """The value of ``key`` in the next line that has it; fails after ``timeout_s`` quoting the driver's log."""

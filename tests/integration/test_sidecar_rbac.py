@@ -220,13 +220,13 @@ def _run_scale_up(testbed, ns, pool, kube, core, tmp_path) -> None:
     wait_for("the RayCluster policy takes effect", policy_denies, 30)
 
     def reservation_group(name: str, **spec) -> dict:
-        g = copy.deepcopy(_spec_groups(kube, ns)["gpu"]) | {"groupName": name, "replicas": 0}
+        g = copy.deepcopy(_spec_groups(kube, ns, CLUSTER)["gpu"]) | {"groupName": name, "replicas": 0}
         g["template"].setdefault("metadata", {}).setdefault("labels", {})[LABEL_RESERVATION] = name
         g["template"]["spec"].update(spec)
         return g
     add = lambda g: [{"op": "add", "path": "/spec/workerGroupSpecs/-", "value": g}]  # noqa: E731
     rc_patch(add(reservation_group("rg-copy", schedulerName="scheduler-plugins-scheduler")))()  # allowed
-    image = _spec_groups(kube, ns)["gpu"]["template"]["spec"]["containers"]
+    image = _spec_groups(kube, ns, CLUSTER)["gpu"]["template"]["spec"]["containers"]
     other = [dict(image[0], image="busybox")] + image[1:]
     for what, group in {
         "a reservation group running another image": reservation_group("rg-rogue", containers=other),
