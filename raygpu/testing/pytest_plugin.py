@@ -32,7 +32,7 @@ import pytest
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons, components
 from raygpu.testing.controlplane import Testbed
-from raygpu.testing.testbed_lock import hold_testbed_lock
+from raygpu.testing.testbed_lock import export_inherited_hold, hold_testbed_lock
 
 
 # A local Ray cluster started by a test (ray.cluster_utils.Cluster, ray.init()) would otherwise write
@@ -46,6 +46,8 @@ def pytest_configure(config):
         components.selected_kubernetes()
     except ValueError as exc:  # bad input: say so and stop before anything starts
         pytest.exit(f"raygpu testbed: {exc}", returncode=2)
+    if not hasattr(config, "workerinput"):  # the controller: its xdist workers inherit the environment only
+        export_inherited_hold()
 
 
 def pytest_report_header(config):

@@ -51,6 +51,18 @@ def _inherited_holder(path: str) -> bool:
     return False
 
 
+def export_inherited_hold() -> bool:
+    """Where this process holds the lock through an inherited descriptor (``flock LOCK pytest ...``), say so in
+    ``$RAYGPU_TESTBED_LOCK_HELD`` for the processes it starts: pytest-xdist's workers do not inherit the
+    descriptor (execnet closes it), only the environment, and would otherwise wait for the lock their own
+    run holds. Returns whether it did."""
+    path = lock_path()
+    if os.environ.get(HELD_ENV) == path or not os.path.exists(path) or not _inherited_holder(path):
+        return False
+    os.environ[HELD_ENV] = path
+    return True
+
+
 @contextlib.contextmanager
 def hold_testbed_lock(progress: Callable[[str], None] = print) -> Iterator[bool]:
     """Hold the testbed lock for the block (see the module docstring); yields whether it was taken here

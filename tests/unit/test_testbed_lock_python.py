@@ -117,3 +117,19 @@ def test_processes_started_inside_do_not_keep_the_lock(lock):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_run_under_flock_tells_the_processes_it_starts_that_the_lock_is_held(lock):
+    """`flock LOCK pytest -n 3`: xdist's workers get the environment, not flock's descriptor; the controller
+    exports the hold, or each worker would wait for the lock its own run holds."""
+    code = ("import os, subprocess, sys; from raygpu.testing.testbed_lock import export_inherited_hold, HELD_ENV;"
+            "print(export_inherited_hold(), os.environ.get(HELD_ENV) or '-');"
+            "sys.stdout.flush();"
+            "subprocess.run([sys.executable, '-c', 'import os; print(os.environ.get(\"%s\"))'], close_fds=True)"
+            % HELD_ENV)
+    out = subprocess.run(["flock", lock, sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", lock, lock]
+    # without the lock held, nothing is exported
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "-", "None"]
