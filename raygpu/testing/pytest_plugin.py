@@ -32,7 +32,7 @@ import pytest
 from raygpu.model.labels import LABEL_POOL
 from raygpu.testing import addons, components
 from raygpu.testing.controlplane import Testbed
-from raygpu.testing.testbed_lock import export_inherited_hold, hold_testbed_lock
+from raygpu.testing.testbed_lock import export_inherited_hold, hold_testbed_lock, one_starter
 
 
 # A local Ray cluster started by a test (ray.cluster_utils.Cluster, ray.init()) would otherwise write
@@ -64,7 +64,17 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def testbed():
     say = lambda m: print(f"[testbed] {m}", flush=True)  # noqa: E731
-    with hold_testbed_lock(progress=say):  # the whole session: no one restarts the testbed under it
+    with hold_testbed_lock(progress=say) as taken:  # the whole session: no one restarts the testbed under it
+        if not taken and os.environ.get("PYTEST_XDIST_WORKER"):
+            # an outer run (.ci/run, `flock LOCK pytest -n 3`) holds the lock for all workers: one worker
+            # starts the testbed, the others find it up (its state read after the wait, not before); none
+            # stops it under the others (the outer run does)
+            with one_starter():
+                tb = Testbed()
+                if not tb.is_up():
+                    tb.up(progress=say)
+            yield tb
+            return
         tb = Testbed()
         started_here = False
         if not tb.is_up():

@@ -64,6 +64,18 @@ def export_inherited_hold() -> bool:
 
 
 @contextlib.contextmanager
+def one_starter() -> Iterator[None]:
+    """Inside a run that holds the testbed lock for several processes (pytest-xdist's workers): one of them at
+    a time checks for and starts the testbed (a second lock file beside the testbed lock, held only for that)."""
+    fd = os.open(lock_path() + ".start", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def hold_testbed_lock(progress: Callable[[str], None] = print) -> Iterator[bool]:
     """Hold the testbed lock for the block (see the module docstring); yields whether it was taken here
     (False: an outer run holds it)."""
