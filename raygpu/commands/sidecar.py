@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if not ray_installed():  # every cycle reads Ray's GCS: without Ray it could only report Ray unreachable
         print(f"raygpu sidecar: needs Ray's GCS client, and Ray is not installed: {RAY_INSTALL}", file=sys.stderr)
         return 2
-    logs.setup(args.json_logs)
+    logs.setup(args.json_logs, level=getattr(args, "log_level", None) or logging.INFO)  # raygpu --log-level
     metrics = SidecarMetrics()
     try:  # before contacting anything: a port in use or a bad address is bad usage
         server = metrics.serve(args.metrics_port, args.metrics_address) if args.metrics_port else None

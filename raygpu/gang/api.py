@@ -63,10 +63,37 @@ HEARTBEAT_EVERY_S = 10.0
 WATCH_EVERY_S = 0.5  # the watchdog's step
 WATCH_BACKOFF_MAX_S = 4.0  # after failed writes the step doubles up to this, never more
 POLL_S = 0.1  # how often an awaiting coroutine looks at the handle's state
-# A lost API access is logged as a warning too: ``progress`` is silent by default, and the driver must say it
+WAIT_LINE_EVERY_S = 30.0  # while not ready, the watchdog says how the wait goes this often (one INFO line)
+# Every progress line is logged here at INFO (a lost API access at WARNING), callback or not: a driver that
+# calls logging.basicConfig(level=logging.INFO) sees a wait of minutes go by (docs/gang.md "Logs").
 log = logging.getLogger(__name__)
 _LIVE: set["GangPlacementGroup"] = set()
 _LIVE_LOCK = threading.Lock()
+
+
+# ---------------------------------------------------------------- progress: the log and the caller's callback
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a reservation's progress lines go: the ``raygpu.gang.api`` logger (INFO; ``warning``: WARNING),
+    then the caller's ``progress`` callback, if any. Called as ``say(message)``, like a bare callback."""
+
+    callback: Callable[[str], None] | None = None
+
+    def __call__(self, message: str) -> None:
+        self.say(message, logging.INFO)
+
+    def warning(self, message: str) -> None:
+        self.say(message, logging.WARNING)
+
+    def say(self, message: str, level: int) -> None:
+        log.log(level, message, stacklevel=3)  # the record names who said it, not this class
+        if self.callback is not None:
+            self.callback(message)
+
+    @classmethod
+    def of(cls, progress: Callable[[str], None] | None) -> "Progress":
+        return progress if isinstance(progress, Progress) else cls(progress)
 
 
 # ---------------------------------------------------------------- the Ray calls, on the driver's connection
@@ -123,7 +150,7 @@ class GangPlacementGroup:
     runs ``watchdog.step()`` itself) exist for tests.
     """
 
-    def __init__(self, reservation: Reservation, progress: Callable[[str], None],
+    def __init__(self, reservation: Reservation, progress: Callable[[str], None] | None,
                  kubeconfig: str | None = None, *, ray_calls: RayCalls | None = None,
                  clock: Callable[[], float] = time.monotonic, start_watchdog: bool = True) -> None:
         self.reservation = reservation
@@ -134,15 +161,15 @@ class GangPlacementGroup:
         self._pg_created = threading.Event()
         self._pg_lock = threading.Lock()  # held while the Ray PG is created or removed
         self._pg_removed = False  # the Ray PG was removed (it is never created again)
-        self._progress = progress
+        self._progress = Progress.of(progress)  # logged at INFO, and the caller's callback if any
         self._released = False  # a release began: no Ray PG is created any more, the watchdog stops
         self._release_complete = False  # released (or handed to the finisher): remove() is a no-op
         self._done = threading.Event()  # set once a release attempt has ended, successful or not
         self._lock = threading.Lock()  # one release attempt at a time
         self.error: str | None = None
         self._deadline = clock() + reservation.request.timeout_s
-        self.guard = Guard.of(reservation, clock, progress)  # the starvation guard (gang/guard.py), or None
-        self.backfill = Backfill.of(reservation, clock, progress)  # an unguarded hinted gang (gang/backfill.py)
+        self.guard = Guard.of(reservation, clock, self._progress)  # the starvation guard (gang/guard.py), or None
+        self.backfill = Backfill.of(reservation, clock, self._progress)  # an unguarded hinted gang (gang/backfill.py)
         self.watchdog = Watchdog(self, clock)
         if start_watchdog:
             self.watchdog.start()
@@ -403,8 +430,8 @@ class Watchdog:
     Each step (every ``WATCH_EVERY_S``, backing off to ``WATCH_BACKOFF_MAX_S`` after failed writes) observes
     the reserved pods, runs the starvation guard's step (gang/guard.py) or the backfill's (gang/backfill.py),
     has the handle create the Ray placement group once the reserved Ray nodes joined, records its id, marks
-    the reservation ready, heartbeats the state ConfigMap, and rolls back (the handle's release) past the
-    deadline. It stops when a release begins (``stop``). ``clock``: monotonic seconds, the handle's.
+    the reservation ready, heartbeats the state ConfigMap, says how the wait goes every ``WAIT_LINE_EVERY_S``
+    until ready (one progress line), and rolls back (the handle's release) past the deadline. It stops when a release begins (``stop``). ``clock``: monotonic seconds, the handle's.
     """
 
     def __init__(self, pg: GangPlacementGroup, clock: Callable[[], float]) -> None:
@@ -413,6 +440,8 @@ class Watchdog:
         self._stop = threading.Event()
         self._pg_recorded = False  # the Ray PG's id is on the state ConfigMap
         self._last_beat_s = float("-inf")
+        self._last_wait_line_s = clock()  # the first wait line comes WAIT_LINE_EVERY_S after the reservation
+        self._ray_nodes_joined = 0  # the reserved Ray nodes alive at the last look (once the pods are bound)
         self._api_access_lost = False  # a heartbeat got 401/403 and the driver said so (once); reset by the next beat that lands
         self.thread = threading.Thread(target=self._run, name=f"raygpu-{pg.plan.gang_name}", daemon=True)
 
@@ -476,6 +505,9 @@ class Watchdog:
                 say(f"watchdog: rollback of {rsv.plan.reservation_group} failed ({e}); remove() tries "
                     "again, else the sidecar's garbage collection finishes it")
             return "done"
+        if rsv.state != ReservationState.READY and self._clock() - self._last_wait_line_s >= WAIT_LINE_EVERY_S:
+            self._last_wait_line_s = self._clock()
+            say(self._wait_line())
         if self._clock() - self._last_beat_s > HEARTBEAT_EVERY_S:
             try:
                 rsv.heartbeat(time.time())
@@ -488,8 +520,7 @@ class Watchdog:
                 if not self._api_access_lost:
                     self._api_access_lost = True
                     note = _api_access_lost_note(rsv.plan.reservation_group, e)
-                    log.warning(note)
-                    say(note)
+                    say.warning(note)
                 ok = False
             except NotFoundError:  # the state ConfigMap is gone: someone released it (the sidecar's GC?)
                 gone = "the reservation's state ConfigMap was deleted (by the sidecar's garbage collection?)"
@@ -504,10 +535,27 @@ class Watchdog:
                 ok = False
         return "ok" if ok else "retry"
 
+    def _wait_line(self) -> str:
+        """How the wait goes, in one line: the state, the time waited of ``timeout_s``, what it waits for."""
+        pg = self._pg
+        rsv, n = pg.reservation, pg.plan.pod_count
+        timeout_s = rsv.request.timeout_s
+        waited_s = self._clock() - (pg._deadline - timeout_s)
+        if rsv.state == ReservationState.BOUND:
+            present, _, _ = rsv.pods_seen
+            what = f"{present} pods Running; {self._ray_nodes_joined}/{n} of their Ray nodes joined" + (
+                "" if pg.placement_group is None else "; the placement group is created, its bundles not yet placed")
+        else:
+            present, scheduled, running = rsv.pods_seen
+            what = f"{present}/{n} pods exist, {scheduled} scheduled, {running} Running"
+        return (f"reservation {pg.plan.reservation_group}: still {rsv.state.value} after {waited_s:.0f} s of "
+                f"timeout_s={timeout_s:g} ({what})")
+
     def _reserved_ray_nodes(self) -> int:
         group = self._pg.plan.reservation_group
-        return sum(1 for n in self._pg._ray.nodes()
+        self._ray_nodes_joined = sum(1 for n in self._pg._ray.nodes()
                    if n.get("Alive") and (n.get("Labels") or {}).get(LABEL_RESERVATION) == group)
+        return self._ray_nodes_joined
 
     def _record_pg(self) -> None:
         self._pg.reservation.record_placement_group(self._pg.placement_group.id.hex())
@@ -542,6 +590,8 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     ``request_timeout_s`` (finite, in (0, 600]; default ``$RAYGPU_REQUEST_TIMEOUT_S``, else 15): the deadline of
     the first contact with Kubernetes (the kubeconfig's exec credential plugin, then API discovery); past it a
     TransientError says which step hung, and nothing was created.
+    ``progress`` (optional): called with each progress line (the plan, each state, a wait line every
+    ``WAIT_LINE_EVERY_S`` until ready, the release); every line is also logged at INFO on ``raygpu.gang.api``.
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime
     hint, the guard without backend none or without raygpu's blocker PriorityClass), and MissingExtraError
@@ -550,7 +600,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     ray = import_ray("raygpu.placement_group")
     if not ray.is_initialized():
         raise PermanentError("raygpu.placement_group needs a connected Ray driver: call ray.init(address=...) first")
-    say = progress or (lambda m: None)
+    say = Progress.of(progress)  # every line also logged at INFO (logger raygpu.gang.api)
     job = ray.get_runtime_context().get_job_id()
     req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, job, guard,
                        expected_runtime_s, topology_strategy)

@@ -63,6 +63,8 @@ class Reservation:
     state_uid: str = ""  # the state ConfigMap's uid (the guard's blockers are owned by it)
     # the gang objects this reservation created: (apiVersion, kind, name, uid); a release deletes exactly these
     created: list[tuple[str, str, str, str]] = field(default_factory=list)
+    # what the last observe() saw of the reserved pods: (not deleting, scheduled to a node, Running)
+    pods_seen: tuple[int, int, int] = (0, 0, 0)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
@@ -102,6 +104,7 @@ class Reservation:
         """Advance RESERVED -> ADMITTED -> BOUND from what the pods show; returns the state."""
         ps = [p for p in self.pods() if not p.deleting]
         n = self.plan.pod_count
+        self.pods_seen = (len(ps), sum(1 for p in ps if p.node_name), sum(1 for p in ps if p.phase == "Running"))
         stray = sorted(p.name for p in ps if self.plan.backend is Backend.WORKLOAD
                        and p.scheduling_group != self.plan.gang_name)
         if stray and self.state in (ReservationState.RESERVED, ReservationState.ADMITTED):

@@ -1,5 +1,9 @@
 """Structured logs: one line per record, JSON (``--json-logs``) or ``key=value`` text.
 
+Both carry the date and the zone: JSON's ``ts`` in UTC (``2026-12-06T02:07:45.123+00:00``), text lines in
+the machine's local zone with its offset (``2026-12-06T03:07:45.123+01:00 INFO cycle ...``), so lines from
+sidecars in different zones, or read the next day, still say when they happened.
+
 Call ``log.info(event, extra={"fields": {...}})``; the event is a short fixed
 word (``cycle``, ``decision``, ``patch``...), everything variable goes in fields.
 """
@@ -10,6 +14,7 @@ import datetime as dt
 import json
 import logging
 import sys
+from typing import TextIO
 
 
 class JsonFormatter(logging.Formatter):
@@ -24,7 +29,7 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        ts = dt.datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        ts = dt.datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
         fields = " ".join(f"{k}={_short(v)}" for k, v in (getattr(record, "fields", None) or {}).items())
         line = f"{ts} {record.levelname:<7} {record.getMessage()} {fields}".rstrip()
         if record.exc_info:
@@ -37,9 +42,10 @@ def _short(v: object) -> str:
     return json.dumps(s) if " " in s else s
 
 
-def setup(json_logs: bool, level: int = logging.INFO) -> None:
-    """Send ``raygpu.*`` logs to stdout, one line per record."""
-    handler = logging.StreamHandler(sys.stdout)
+def setup(json_logs: bool, level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send ``raygpu.*`` logs of ``level`` and above to ``stream`` (default stdout), one line per record;
+    replaces whatever handler an earlier call set."""
+    handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(JsonFormatter() if json_logs else TextFormatter())
     root = logging.getLogger("raygpu")
     root.handlers[:] = [handler]

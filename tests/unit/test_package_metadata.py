@@ -110,7 +110,8 @@ def test_raygpu_version_prints_the_version_and_exits_0():
 def test_help_still_works_and_lists_version():
     out = run_python(["-m", "raygpu.cli", "--help"])
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("usage: raygpu [-h] [--version] {testbed,demo,plan,doctor,sidecar}")
+    assert out.stdout.startswith("usage: raygpu [-h] [--version] [--log-level LEVEL]")
+    assert "{testbed,demo,plan,doctor,sidecar}" in out.stdout
     bare = run_python(["-m", "raygpu.cli"])  # a sub-command is still required
     assert bare.returncode == 2 and "required: command" in bare.stderr
 
