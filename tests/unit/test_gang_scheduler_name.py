@@ -16,9 +16,12 @@ from raygpu.gang.requests import load_plan
 from raygpu.gang.reservation import reserve
 from raygpu.model.annotations import parse_cluster_policy
 from raygpu.model.gang import DEFAULT_GANG_SCHEDULER_NAME, GangPlan, ReservationState
-from raygpu.model.labels import KEY_GANG_SCHEDULER_NAME, LABEL_RESERVATION
-from raygpu.model.views import K8sPodView
+from raygpu.model.guard import GuardPolicy
+from raygpu.model.labels import KEY_GANG_BACKEND, KEY_GANG_SCHEDULER_NAME, LABEL_RESERVATION
+from raygpu.model.views import K8sPodView, PgState, PlacementGroupView
 from raygpu.plan.gang.reservation import plan_gang
+from raygpu.plan.gang.reserve import ReserveSnapshot, plan_reserve
+from raygpu.plan.scale_up import request_for
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.fake_kube import FakeKube
 from tests.unit.test_deploy_helm import helm_refuses, helm_template
@@ -110,6 +113,17 @@ def test_a_plan_stored_before_plans_carried_it_is_wired_with_the_default():
     assert old.scheduler_name is None
     assert scheduler_of(get_backend("coscheduling").worker_group_spec(old, view.group("gpu"), req)) \
         == DEFAULT_GANG_SCHEDULER_NAME
+
+
+def test_the_sidecars_gang_scale_up_sends_its_pods_to_the_annotations_scheduler():
+    view = BASE.annotate(KEY_GANG_BACKEND, "coscheduling").annotate(KEY_GANG_SCHEDULER_NAME, SECOND).obj()
+    policy = parse_cluster_policy(view.annotations)[0]
+    pg = PlacementGroupView(pg_id="ab" * 14, state=PgState.PENDING, strategy="STRICT_SPREAD", bundles=({"GPU": 8},) * 2)
+    request = request_for(pg, view, policy)  # as reclaim/scale_up.py reserves it: the snapshot's policy decides
+    plan = plan_reserve(ReserveSnapshot(request=request, cluster=view, policy=policy, free=None,
+                                        guard_policy=GuardPolicy(), backend=get_backend("coscheduling"), now_s=1.0,
+                                        request_id="rid", scale_up_pg=pg.pg_id))
+    assert plan.gang.scheduler_name == SECOND and scheduler_of(plan.worker_group) == SECOND
 
 
 # ------------------------------------------------------------- reserve: the Event, the patch
