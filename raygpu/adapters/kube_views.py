@@ -60,6 +60,7 @@ def pod_view(p: dict[str, Any]) -> K8sPodView:
         **_times(spec, st, obj, problems),
         ray_group=labels.get("ray.io/group"), ray_node_type=labels.get("ray.io/node-type"),
         ray_start_num_gpus=num_gpus, scheduling_group=(spec.get("schedulingGroup") or {}).get("podGroupName"),
+        scheduler_name=spec.get("schedulerName") if isinstance(spec.get("schedulerName"), str) else None,
         problems=tuple(problems), device_health=DeviceHealthView.of_pod_status(st))
 
 

@@ -18,7 +18,8 @@ def register(sub) -> None:
                                    "of BUNDLES would reserve, with which gang backend. Writes nothing.",
                        epilog='gang backends (--backend), what makes the reserved pods all-or-nothing:\n'
                               '  coscheduling  a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1);\n'
-                              '                pods go to the scheduler-plugins-scheduler\n'
+                              '                pods go to --scheduler-name (default: the RayCluster\'s\n'
+                              '                raygpu.io/gang-scheduler-name, else scheduler-plugins-scheduler)\n'
                               '  kueue         a Kueue plain-pod group, admitted whole; needs --queue or\n'
                               '                raygpu.io/queue\n'
                               '  volcano       a Volcano PodGroup (scheduling.volcano.sh/v1beta1); schedulerName\n'
@@ -43,6 +44,10 @@ def register(sub) -> None:
                         "raygpu.io/gang-backend annotation, else none); each explained below")
     p.add_argument("--queue", default=None,
                    help="Kueue LocalQueue or Volcano queue (default: the RayCluster's raygpu.io/queue annotation)")
+    p.add_argument("--scheduler-name", default=None, metavar="NAME",
+                   help="backend coscheduling: the schedulerName the pods ask for, the scheduler profile running "
+                        "the Coscheduling plugin (default: the RayCluster's raygpu.io/gang-scheduler-name "
+                        "annotation, else scheduler-plugins-scheduler)")
     p.add_argument("--kubeconfig", default=None)
     add_request_timeout(p)
     p.add_argument("--json", action="store_true")
@@ -84,18 +89,24 @@ def run(args: argparse.Namespace) -> int:
     invalid or unknown RayCluster, a refused credential or an unreachable cluster. Input is checked
     before anything is contacted."""
     from raygpu.gang.requests import plan_placement_group
-    from raygpu.model.gang import Backend, Strategy, parse_enum
+    from raygpu.model.gang import Backend, Strategy, parse_enum, parse_scheduler_name
     try:
         bundles = [parse_bundle(b) for b in args.bundle] * args.count
         parse_enum(Strategy, args.strategy, "placement strategy")
-        if args.backend is not None:
-            parse_enum(Backend, args.backend, "gang backend")
+        backend = None if args.backend is None else parse_enum(Backend, args.backend, "gang backend")
+        if args.scheduler_name is not None:
+            parse_scheduler_name(args.scheduler_name)
+            if backend not in (None, Backend.COSCHEDULING):
+                raise PermanentError(f"--scheduler-name names the scheduler of backend coscheduling, not of "
+                                     f"backend {backend.value}")
     except PermanentError as e:
         return _fail(2, str(e))
+    except ValueError as e:
+        return _fail(2, f"--scheduler-name {args.scheduler_name!r}: {e}")
     try:
         plan = plan_placement_group(bundles, args.strategy, cluster=args.cluster, namespace=args.namespace,
                                     backend=args.backend, queue=args.queue, kubeconfig=args.kubeconfig,
-                                    request_timeout_s=args.request_timeout)
+                                    request_timeout_s=args.request_timeout, scheduler_name=args.scheduler_name)
     except InfeasibleError as e:
         print(json.dumps({"feasible": False, "error": str(e), "bundle_index": e.bundle_index,
                           "resource": e.resource, "requested": e.requested, "limit": e.limit}) if args.json
@@ -111,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
     n = plan.need
     print(f"plan for {plan.namespace}/{plan.cluster}: {len(bundles)} bundles, {plan.strategy.value}")
     print(f"  reserve {n.pod_count} pod(s) of worker group '{n.template_group}' as new group "
-          f"'{plan.reservation_group}', backend {plan.backend.value}" + (f", queue {plan.queue}" if plan.queue else ""))
+          f"'{plan.reservation_group}', backend {plan.backend.value}" + (f", queue {plan.queue}" if plan.queue else "")
+          + (f", scheduler {plan.scheduler_name}" if plan.scheduler_name else ""))
     print(f"  per pod: Kubernetes {n.k8s_requests}  Ray {n.ray_resources}")
     for i in range(n.pod_count):
         print(f"  pod {i}: bundles {list(plan.bundles_on_pod(i))}")

@@ -576,7 +576,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
                     name: str | None = None, queue: str | None = None, kubeconfig: str | None = None,
                     progress: Callable[[str], None] | None = None, guard: bool | None = None,
                     expected_runtime_s: float | None = None, topology_strategy: dict | None = None,
-                    request_timeout_s: float | None = None) -> GangPlacementGroup:
+                    request_timeout_s: float | None = None, scheduler_name: str | None = None) -> GangPlacementGroup:
     """Create a Ray placement group whose bundles get their own all-or-nothing Kubernetes gang.
 
     Call inside a Ray driver (``ray.init`` done) of RayCluster ``namespace/cluster``. ``backend``
@@ -592,10 +592,14 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     TransientError says which step hung, and nothing was created.
     ``progress`` (optional): called with each progress line (the plan, each state, a wait line every
     ``WAIT_LINE_EVERY_S`` until ready, the release); every line is also logged at INFO on ``raygpu.gang.api``.
+    ``scheduler_name`` (backend coscheduling only): the schedulerName of the scheduler profile that runs the
+    Coscheduling plugin, a DNS-1123 subdomain name (default: annotation ``raygpu.io/gang-scheduler-name``, else
+    ``scheduler-plugins-scheduler``); the reserved pods ask for it.
     Raises InfeasibleError / PermanentError before anything is created for requests that cannot be planned
     (too big a bundle, unknown strategy, backend or cluster, non-positive amounts, a bad guard or runtime
-    hint, the guard without backend none or without raygpu's blocker PriorityClass), and MissingExtraError
-    (a PermanentError) first of all when Ray is not installed: it names the extra, ``pip install "raygpu[ray]"``.
+    hint, a bad scheduler name or one given for a backend other than coscheduling, the guard without backend
+    none or without raygpu's blocker PriorityClass), and MissingExtraError (a PermanentError) first of all
+    when Ray is not installed: it names the extra, ``pip install "raygpu[ray]"``.
     """
     ray = import_ray("raygpu.placement_group")
     if not ray.is_initialized():
@@ -603,7 +607,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str | None = None
     say = Progress.of(progress)  # every line also logged at INFO (logger raygpu.gang.api)
     job = ray.get_runtime_context().get_job_id()
     req = gang_request(bundles, strategy, cluster, namespace, backend, timeout_s, name, queue, job, guard,
-                       expected_runtime_s, topology_strategy)
+                       expected_runtime_s, topology_strategy, scheduler_name)
     kube = KubeAdapter(kubeconfig, first_contact_timeout_s=request_timeout_s)
     rsv = reserve(kube, req, time.time(), progress=say)
     gpg = GangPlacementGroup(rsv, say, kubeconfig)

@@ -31,13 +31,13 @@ from raygpu.errors import ConflictError, PermanentError, RayGpuError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.free import can_i, free_now
-from raygpu.model.annotations import parse_cluster_policy
+from raygpu.model.annotations import AnnotationProblem, parse_cluster_policy
 from raygpu.model.guard import GuardPolicy, GuardWiring, parse_guard_policy
 from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_GATED, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
                                  ANNOTATION_REQUEST_ID, ANNOTATION_RESERVATION_STATE, LABEL_RESERVATION,
-                                 PRIORITY_CLASS_BLOCKER)
+                                 KEY_GANG_SCHEDULER_NAME, PRIORITY_CLASS_BLOCKER)
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sPodView
 from raygpu.plan.common.patch import raycluster_patch, remove_worker_group, set_replicas, set_workers_to_delete
@@ -113,6 +113,15 @@ class Reservation:
             self.transition(ReservationState.FAILED, f"pod(s) {', '.join(stray[:3])} are not in PodGroup "
                             f"{self.plan.gang_name} (spec.schedulingGroup unset): install deploy/workload's "
                             f"MutatingAdmissionPolicy {WORKLOAD_POLICY}, which sets it from the pod label")
+            return self.state
+        astray = sorted((p.name, p.scheduler_name) for p in ps if self.plan.scheduler_name and p.scheduler_name
+                        and p.scheduler_name != self.plan.scheduler_name)
+        if astray and self.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+            # Something (an admission webhook, an operator) rewrote spec.schedulerName: a scheduler without the
+            # Coscheduling plugin would bind these pods one by one. Fail now rather than hold GPUs half-placed.
+            self.transition(ReservationState.FAILED, f"pod(s) {', '.join(n for n, _ in astray[:3])} ask for "
+                            f"scheduler {astray[0][1]!r}, not {self.plan.scheduler_name!r} (the profile running "
+                            f"Coscheduling) that the plan wrote")
             return self.state
         gated = any(p.annotations.get(ANNOTATION_GATED) for p in ps)
         if self.state == ReservationState.RESERVED and len(ps) == n and not gated and all(p.node_name for p in ps):
@@ -277,8 +286,9 @@ def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
                     progress: Callable[[str], None] = lambda m: None) -> ReserveSnapshot:
     """Every read ``reserve`` makes, once, before anything is decided or written.
 
-    The RayCluster and its annotations (a bad value is said through ``progress``, the guard's also as a
-    Warning Event ``InvalidAnnotation`` on the RayCluster, best effort, and its default used); the free
+    The RayCluster and its annotations (a bad value is said through ``progress``, the guard's and a
+    coscheduling gang's ``raygpu.io/gang-scheduler-name`` also as a Warning Event ``InvalidAnnotation`` on the
+    RayCluster, best effort, and its default used); the free
     capacity each template's pods could bind now (``free_now``: only if this identity may list nodes and
     pods); whether raygpu's blocker PriorityClass exists (a guarded gang on backend ``none``); whether this
     identity may backfill (an unguarded gang with a runtime hint); which ``scheduling.k8s.io`` version the
@@ -287,11 +297,14 @@ def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     """
     view = RayClusterView.from_k8s(kube.raw_raycluster(request.namespace, request.cluster))
     policy, problems = parse_cluster_policy(view.annotations)
+    backend = chosen_backend(request, policy)
     for pr in problems:
-        progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
+        if pr.key == KEY_GANG_SCHEDULER_NAME and backend is Backend.COSCHEDULING and request.scheduler_name is None:
+            _invalid_annotation(kube, view, pr, progress)  # this gang's pods go to the default scheduler name
+        else:
+            progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
     free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
     guard_policy = _guard_policy(kube, view, progress)
-    backend = chosen_backend(request, policy)
     blocker_class = (kube.get("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_BLOCKER) is not None
                      if is_guarded(request, guard_policy) and backend is Backend.NONE else None)
     may_backfill = backfill_applies(request, guard_policy) and _may_backfill(kube, request.namespace, progress)
@@ -383,14 +396,20 @@ def _guard_policy(kube: KubeAdapter, view: RayClusterView, progress: Callable[[s
     on the RayCluster, best effort) and its default used."""
     policy, problems = parse_guard_policy(view.annotations)
     for pr in problems:
-        progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
-        try:
-            kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name,
-                        "namespace": view.namespace, "uid": view.uid}, "InvalidAnnotation",
-                       f"{pr.key}={pr.value!r}: {pr.reason}; using {pr.default_used}", "Warning")
-        except RayGpuError:
-            pass  # the message above reached the driver; an Event is best effort
+        _invalid_annotation(kube, view, pr, progress)
     return policy
+
+
+def _invalid_annotation(kube: KubeAdapter, view: RayClusterView, pr: AnnotationProblem,
+                        progress: Callable[[str], None]) -> None:
+    """Say ``pr`` through ``progress`` and as a Warning Event ``InvalidAnnotation`` on the RayCluster (best effort)."""
+    progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
+    try:
+        kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name,
+                    "namespace": view.namespace, "uid": view.uid}, "InvalidAnnotation",
+                   f"{pr.key}={pr.value!r}: {pr.reason}; using {pr.default_used}", "Warning")
+    except RayGpuError:
+        pass  # the message above reached the driver; an Event is best effort
 
 
 def _may_backfill(kube: KubeAdapter, namespace: str, progress: Callable[[str], None]) -> bool:

@@ -16,8 +16,8 @@ from enum import Enum
 from pydantic import Field
 
 from raygpu.model.base import Frozen
-from raygpu.model.gang import Backend
-from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, IDLE_TIMEOUT_AUTO, KEY_GANG_BACKEND,
+from raygpu.model.gang import DEFAULT_GANG_SCHEDULER_NAME, Backend, parse_scheduler_name
+from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, IDLE_TIMEOUT_AUTO, KEY_GANG_BACKEND, KEY_GANG_SCHEDULER_NAME,
                                  KEY_GANG_SCALE_UP, KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT,
                                  KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
                                  KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX)
@@ -49,6 +49,7 @@ class ClusterPolicy(Frozen):
 
     gang_backend: Backend = Backend.NONE
     queue: str | None = None
+    gang_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAME  # backend coscheduling: the pods' schedulerName
     gang_template: str | None = None  # None: the planner chooses the worker group
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     reclaim: ReclaimMode = ReclaimMode.DRY_RUN
@@ -169,6 +170,7 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
 
     take(KEY_GANG_BACKEND, "gang_backend", lambda v: _enum_value(Backend, v))
     take(KEY_QUEUE, "queue", _queue_name)
+    take(KEY_GANG_SCHEDULER_NAME, "gang_scheduler_name", lambda v: parse_scheduler_name(v.strip()))
     take(KEY_GANG_TEMPLATE, "gang_template", _group_name)
     if _is_auto(ann.get(KEY_IDLE_TIMEOUT)):
         fields["idle_timeout_auto"] = True

@@ -22,12 +22,28 @@ from pydantic import Field, field_validator, model_validator
 
 from raygpu.errors import PermanentError
 from raygpu.model.base import Frozen
-from raygpu.model.labels import LABEL_VALUE
+from raygpu.model.labels import DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, LABEL_VALUE
 from raygpu.model.shapes import GpuShape
 from raygpu.model.topology import Topology
 
 
 MAX_TIMEOUT_S = 2**31 - 1  # Kubernetes int32 seconds (PodGroup scheduleTimeoutSeconds)
+# Backend coscheduling: the scheduler profile running the Coscheduling plugin, as the upstream scheduler-plugins
+# chart names it. raygpu.io/gang-scheduler-name / scheduler_name= name another (docs/gang.md).
+DEFAULT_GANG_SCHEDULER_NAME = "scheduler-plugins-scheduler"
+
+
+def parse_scheduler_name(value: Any) -> str:
+    """``value`` as a pod's ``spec.schedulerName``: a DNS-1123 subdomain name (lower-case a-z, 0-9, '-', '.',
+    alphanumeric at both ends, <= 253 chars), as Kubernetes validates it. Raises ValueError saying why."""
+    if not isinstance(value, str):
+        raise ValueError(f"a scheduler name is a string, got {type(value).__name__}")
+    if not value:
+        raise ValueError("empty scheduler name")
+    if len(value) > DNS_SUBDOMAIN_MAX or not DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError("not a DNS-1123 subdomain name (lower-case a-z, 0-9, '-' and '.', alphanumeric at "
+                         f"both ends, at most {DNS_SUBDOMAIN_MAX} characters)")
+    return value
 
 
 class Strategy(str, Enum):
@@ -147,6 +163,8 @@ class GangRequest(Frozen):
     guard: bool | None = None  # the starvation guard; None: the cluster's raygpu.io/guard annotation
     expected_runtime_s: float | None = None  # the driver's runtime hint: on the pods; backfill (docs/guard.md)
     topology: Topology | None = None  # all pods in one node-label domain (model/topology.py)
+    # backend coscheduling: the schedulerName its pods ask for; None: raygpu.io/gang-scheduler-name, else the default
+    scheduler_name: str | None = None
 
     @field_validator("name", "cluster", "namespace", mode="before")
     @classmethod
@@ -221,6 +239,16 @@ class GangRequest(Frozen):
             return value
         raise PermanentError(f"topology must be a Topology (raygpu.model.topology) or None, got {_shown(value)}")
 
+    @field_validator("scheduler_name", mode="before")
+    @classmethod
+    def _scheduler_name(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        try:
+            return parse_scheduler_name(value)
+        except ValueError as e:
+            raise PermanentError(f"scheduler_name={_shown(value)}: {e}") from None
+
     @field_validator("owner_job", mode="before")
     @classmethod
     def _owner_job(cls, value: Any) -> str | None:
@@ -269,6 +297,9 @@ class GangPlan(Frozen):
     reason: str
     notes: tuple[str, ...] = ()
     topology: Topology | None = None  # the request's constraint, for the backend to write (docs/gang.md)
+    # the schedulerName the pods ask for where the plan chooses it (backend coscheduling: the request's, else
+    # raygpu.io/gang-scheduler-name, else DEFAULT_GANG_SCHEDULER_NAME); None: the backend's fixed one or the template's
+    scheduler_name: str | None = None
 
     @property
     def pod_count(self) -> int:

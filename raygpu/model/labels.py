@@ -18,6 +18,9 @@ PREFIX = "raygpu.io/"
 # ---------------------------------------------------------------------------------------------
 KEY_GANG_BACKEND = "raygpu.io/gang-backend"  # coscheduling | kueue | volcano | workload | none (default none)
 KEY_QUEUE = "raygpu.io/queue"  # the Kueue LocalQueue of reservations (backend kueue)
+# backend coscheduling: the schedulerName (scheduler profile running the Coscheduling plugin) the reserved pods
+# ask for; a DNS-1123 subdomain name (default scheduler-plugins-scheduler, the upstream chart's profile)
+KEY_GANG_SCHEDULER_NAME = "raygpu.io/gang-scheduler-name"
 KEY_GANG_TEMPLATE = "raygpu.io/gang-template"  # worker group reservations copy (default: the planner picks)
 KEY_IDLE_TIMEOUT = "raygpu.io/idle-timeout"  # e.g. 300s, 10m: a worker idle that long is reclaimed; or auto
 IDLE_TIMEOUT_AUTO = "auto"  # the keep-warm policy learns each group's warm workers (docs/reclaimer.md)
@@ -33,7 +36,7 @@ KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what 
 KEY_GANG_SCALE_UP = "raygpu.io/gang-scale-up"  # on | off (default off)
 KEY_GANG_SCALE_UP_IN_FLIGHT = "raygpu.io/gang-scale-up-in-flight"  # 1..64 (default 4): reservations not yet used
 KEY_GANG_SCALE_UP_TIMEOUT = "raygpu.io/gang-scale-up-timeout"  # 30s..24h (default 10m): used by then or rolled back
-POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
+POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_SCHEDULER_NAME, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
                KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_GANG_SCALE_UP,
                KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT)
 
@@ -108,6 +111,10 @@ ANNOTATION_TESTBED_RAY = "raygpu.io/testbed-ray"  # on pods: "stopped" | "keep" 
 # A Kubernetes label value, and the name part of a label key: <= 63 of [A-Za-z0-9-_.], alphanumeric at both
 # ends (the empty value, valid for a label, is left to callers). Use with ``fullmatch``.
 LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+# A DNS-1123 subdomain name: [a-z0-9-] parts joined by dots, alphanumeric at both ends of each part, <= 253 chars
+# in all (check the length apart). What Kubernetes accepts as a pod's spec.schedulerName. Use with ``fullmatch``.
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+DNS_SUBDOMAIN_MAX = 253
 
 
 def dns_label(text: str, prefix: str = "") -> str:

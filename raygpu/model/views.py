@@ -152,6 +152,8 @@ class K8sPodView(Frozen):
     ray_node_type: str | None = None  # label ray.io/node-type: head | worker
     ray_start_num_gpus: float | None = None  # rayStartParams["num-gpus"] of its group, if set and a number
     scheduling_group: str | None = None  # spec.schedulingGroup.podGroupName: the Kubernetes PodGroup it is in
+    # spec.schedulerName: the scheduler (profile) the pod asked for; the API server fills in default-scheduler
+    scheduler_name: str | None = None
     problems: tuple[ParseProblem, ...] = ()  # values the adapter could not parse (safe default used)
     device_health: tuple[DeviceHealthView, ...] = ()  # allocatedResourcesStatus of its containers
 

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from raygpu.testing.components import Binaries
 
 SP_SCHEDULER_NAME = "scheduler-plugins-scheduler"
+# A second profile of the same scheduler process, also running Coscheduling: the name a deployment may give it
+# instead (raygpu.io/gang-scheduler-name, scheduler_name=; tests/integration/test_gang_scheduler_name.py)
+SP_SECOND_SCHEDULER_NAME = "second-coscheduling"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_FLAVOR = "default-flavor"
 
@@ -71,12 +74,12 @@ def start_scheduler_plugins(tb: "Testbed", bins: "Binaries", ports: dict[str, in
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
         "clientConnection": {"kubeconfig": str(tb.kubeconfig)},
-        "profiles": [{
-            "schedulerName": SP_SCHEDULER_NAME,
+        "profiles": [{  # every profile of one scheduler must sort its queue alike: both use Coscheduling's
+            "schedulerName": name,
             "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]},
                         "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]}},
             "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": 30}}],
-        }],
+        } for name in (SP_SCHEDULER_NAME, SP_SECOND_SCHEDULER_NAME)],
     }))
     tb._start("sp-scheduler", [str(bins.sp_scheduler), f"--config={cfg}", f"--secure-port={ports['sp_scheduler']}",
                                "--bind-address=127.0.0.1", f"--authentication-kubeconfig={tb.kubeconfig}",

@@ -340,6 +340,12 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
     queue = request.queue or policy.queue
     if backend is Backend.KUEUE and not queue:
         raise PermanentError("backend kueue needs a LocalQueue: set raygpu.io/queue or pass queue=")
+    scheduler_name = None
+    if backend is Backend.COSCHEDULING:
+        scheduler_name = request.scheduler_name or policy.gang_scheduler_name
+    elif request.scheduler_name is not None:
+        raise PermanentError(f"scheduler_name={request.scheduler_name!r} names the scheduler of backend "
+                             f"coscheduling; this request's backend is {backend.value}")
     if not cluster.worker_groups:
         raise InfeasibleError(f"RayCluster {cluster.namespace}/{cluster.name} has no worker groups; "
                               "a reservation copies a worker group template")
@@ -371,4 +377,5 @@ def plan_gang(request: GangRequest, cluster: RayClusterView, policy: ClusterPoli
         name=request.name, cluster=cluster.name, namespace=cluster.namespace, strategy=request.strategy,
         backend=backend, queue=queue, timeout_s=request.timeout_s,
         need=need, bundle_to_pod=assign, reservation_group=rg, gang_name=gang_name(cluster.name, request.name),
-        reason="; ".join(reason + topo + notes), notes=tuple(notes), topology=request.topology)
+        reason="; ".join(reason + topo + notes), notes=tuple(notes), topology=request.topology,
+        scheduler_name=scheduler_name)
