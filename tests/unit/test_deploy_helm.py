@@ -169,3 +169,16 @@ def test_bad_values_are_refused_naming_the_value(args, says):
 def test_helm_lint_passes():
     out = run(tool("helm"), "lint", CHART, "--strict", "--set", "cluster=gpu-cluster")
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("cluster", ["gpu-cluster", "team.a.llm", "a" * 51, "a" * 52, "b" * 63,
+                                     "x" * 40 + ".y" * 6, "a" * 253])
+def test_the_role_names_the_keep_warm_configmap_the_sidecar_uses(cluster):
+    """Dotted names and names of 52 characters and more are hashed by the sidecar (warm_state_name); the
+    Role's resourceNames must be that very name, or keep-warm is refused on such clusters."""
+    from raygpu.model.labels import warm_state_name
+    [role] = [o for o in helm_template("--set", f"cluster={cluster}") if o["kind"] == "Role"
+              and any("patch" in r["verbs"] and r.get("resourceNames") for r in o["rules"]
+                      if r["resources"] == ["configmaps"])]
+    [names] = [r["resourceNames"] for r in role["rules"] if r["resources"] == ["configmaps"] and r.get("resourceNames")]
+    assert names == [warm_state_name(cluster)]

@@ -100,3 +100,19 @@ volumes:
 app.kubernetes.io/name: raygpu-driver
 app.kubernetes.io/part-of: raygpu
 {{- end -}}
+
+{{/* The keep-warm state ConfigMap's name, as raygpu.model.labels.warm_state_name computes it: <cluster>-raygpu-warm
+     when that is a DNS label of at most 63 characters, else the cleaned name cut to fit, "--" and 8 hex of the
+     SHA-256 of the JSON list [cluster, "warm"] (a name with dots, or of 52 characters and more). */}}
+{{- define "raygpu.warmStateName" -}}
+{{- $cluster := include "raygpu.cluster" . -}}
+{{- $plain := printf "%s-raygpu-warm" $cluster -}}
+{{- if and (regexMatch "^[a-z0-9-]+$" $cluster) (eq (trimAll "-" (regexReplaceAll "-+" $cluster "-")) $cluster) (le (len $plain) 63) -}}
+{{- $plain -}}
+{{- else -}}
+{{- $clean := trimAll "-" (regexReplaceAll "-+" (regexReplaceAll "[^a-z0-9-]+" (lower $cluster) "-") "-") -}}
+{{- $head := printf "%s-raygpu-warm" $clean -}}
+{{- $head = trimAll "-" (trunc 53 $head) | default "rg" -}}
+{{- printf "%s--%s" $head (trunc 8 (sha256sum (printf "[%s, \"warm\"]" (toJson $cluster)))) -}}
+{{- end -}}
+{{- end -}}
