@@ -40,10 +40,21 @@ def objects(text: str) -> list[dict]:
                   key=lambda o: (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]))
 
 
-def helm_template(*args: str, namespace: str = "ray") -> list[dict]:
+HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+               "app.kubernetes.io/managed-by")
+
+
+def helm_template(*args: str, namespace: str = "ray", helm_labels: bool = False) -> list[dict]:
+    """The chart's objects; without Helm's own labels unless ``helm_labels`` (the kustomize bases have none)."""
     out = run(tool("helm"), "template", "raygpu", CHART, "--namespace", namespace, *args)
     assert out.returncode == 0, out.stderr
-    return objects(out.stdout)
+    objs = objects(out.stdout)
+    if not helm_labels:
+        for o in objs:
+            labels = o["metadata"].get("labels", {})
+            for k in HELM_LABELS:
+                labels.pop(k, None)
+    return objs
 
 
 def helm_refuses(*args: str) -> str:
@@ -182,3 +193,49 @@ def test_the_role_names_the_keep_warm_configmap_the_sidecar_uses(cluster):
                       if r["resources"] == ["configmaps"])]
     [names] = [r["resourceNames"] for r in role["rules"] if r["resources"] == ["configmaps"] and r.get("resourceNames")]
     assert names == [warm_state_name(cluster)]
+
+
+ALL_ON = ("--set", "cluster=gpu-cluster", "--set", "sidecarPolicy.enabled=true", "--set", "gangScaleUp.enabled=true",
+          "--set", "driver.enabled=true", "--set", "rayCluster.create=true")
+
+
+def test_every_object_but_the_users_raycluster_carries_the_standard_helm_labels():
+    objs = helm_template(*ALL_ON, "--set", "nameOverride=acme", helm_labels=True)
+    for o in objs:
+        if o["kind"] == "RayCluster":
+            continue
+        labels = o["metadata"]["labels"]
+        assert labels["helm.sh/chart"] == "raygpu-0.1.0", o["metadata"]
+        assert labels["app.kubernetes.io/instance"] == "raygpu"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/version"] == "0.1.0-ray2.60.0"
+        assert labels["app.kubernetes.io/name"] in ("acme-sidecar", "acme-driver"), labels
+
+
+def test_full_name_override_names_the_sidecars_and_the_drivers_objects():
+    objs = helm_template(*ALL_ON, "--set", "fullnameOverride=raygpu-sidecar-prod")
+    names = {(o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in ("ServiceAccount", "RoleBinding")}
+    assert ("ServiceAccount", "raygpu-sidecar-prod") in names and ("ServiceAccount", "raygpu-driver-prod") in names
+    [rc] = [o for o in objs if o["kind"] == "RayCluster"]
+    assert rc["spec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"] == "raygpu-sidecar-prod"
+    # a name the admission policies would not know as the sidecar's is refused
+    assert "fullnameOverride" in helm_refuses("--set", "cluster=gpu-cluster", "--set", "fullnameOverride=my-sidecar")
+
+
+def test_the_sidecar_container_is_restricted_and_probed_and_the_pod_gets_pull_secrets():
+    [rc] = [o for o in helm_template(*ALL_ON, "--set", "imagePullSecrets[0].name=regcred") if o["kind"] == "RayCluster"]
+    pod = rc["spec"]["headGroupSpec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    [sidecar] = [c for c in pod["containers"] if c["name"] == "raygpu-sidecar"]
+    sc = sidecar["securityContext"]
+    assert sc == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                  "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert {"name": "raygpu-sidecar-tmp", "mountPath": "/tmp"} in sidecar["volumeMounts"]  # Ray's session files
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "raygpu-metrics"}
+
+
+@pytest.mark.parametrize("args", [("--set", "nosuchkey=1"), ("--set", "image.nosuch=1"),
+                                  ("--set", "rayCluster.sidecar.nosuch=1"), ("--set", "gangScaleUp.on=true")])
+def test_an_unknown_value_is_refused_not_ignored(args):
+    """additionalProperties: false, as KubeRay's and Kueue's schemas: a misspelt value never passes silently."""
+    assert "additional" in helm_refuses("--set", "cluster=gpu-cluster", *args).lower()

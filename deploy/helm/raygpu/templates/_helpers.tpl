@@ -3,9 +3,24 @@
 {{- .Values.namespace | default .Release.Namespace -}}
 {{- end -}}
 
-{{/* The sidecar's ServiceAccount, Role and RoleBinding name: raygpu-sidecar[<nameSuffix>]. */}}
+{{/* The sidecar's ServiceAccount, Role and RoleBinding name: fullnameOverride, else raygpu-sidecar[<nameSuffix>].
+     values.schema.json keeps fullnameOverride raygpu-sidecar or raygpu-sidecar-<...>: the admission policies
+     know the sidecar by that ServiceAccount name. */}}
 {{- define "raygpu.sidecarName" -}}
-{{- printf "raygpu-sidecar%s" .Values.nameSuffix -}}
+{{- .Values.fullnameOverride | default (printf "raygpu-sidecar%s" .Values.nameSuffix) -}}
+{{- end -}}
+
+{{/* app.kubernetes.io/name's stem: nameOverride, else raygpu. */}}
+{{- define "raygpu.name" -}}
+{{- .Values.nameOverride | default "raygpu" -}}
+{{- end -}}
+
+{{/* The labels Helm charts carry (KubeRay's, Kueue's): chart, instance, version, managed-by. */}}
+{{- define "raygpu.helmLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/* The RayCluster's name; values.schema.json refuses an empty or invalid one, this says what to do. */}}
@@ -18,10 +33,12 @@
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* The labels the kustomize bases add (labels: ... includeSelectors: false): the objects compare equal. */}}
+{{/* The labels the kustomize bases add (labels: ... includeSelectors: false), and Helm's: the objects compare
+     equal but for Helm's labels. */}}
 {{- define "raygpu.sidecarLabels" -}}
-app.kubernetes.io/name: raygpu-sidecar
+app.kubernetes.io/name: {{ include "raygpu.name" . }}-sidecar
 app.kubernetes.io/part-of: raygpu
+{{ include "raygpu.helmLabels" . }}
 {{- end -}}
 
 {{/* The head pod's part that runs the sidecar (deploy/examples/raycluster-with-sidecar.yaml): the pod
@@ -46,6 +63,12 @@ volumes:
             items:
               - path: namespace
                 fieldRef: {apiVersion: v1, fieldPath: metadata.namespace}
+  - name: raygpu-sidecar-tmp
+    emptyDir: {sizeLimit: 1Gi}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{- define "raygpu.sidecarContainer" -}}
@@ -78,27 +101,43 @@ volumes:
   readinessProbe:
     httpGet: {path: /metrics, port: raygpu-metrics}
     periodSeconds: 10
+  livenessProbe:
+    httpGet: {path: /metrics, port: raygpu-metrics}
+    initialDelaySeconds: 30
+    periodSeconds: 20
+    failureThreshold: 6
   {{- end }}
   resources:
     {{- toYaml .Values.rayCluster.sidecar.resources | nindent 4 }}
   securityContext:
     allowPrivilegeEscalation: false
     capabilities: {drop: ["ALL"]}
+    runAsNonRoot: true
+    readOnlyRootFilesystem: true
+    seccompProfile: {type: RuntimeDefault}
   volumeMounts:
     - name: raygpu-sidecar-token
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
+    - name: raygpu-sidecar-tmp
+      mountPath: /tmp
 {{- end -}}
 
-{{/* The driver's ServiceAccount, Role and RoleBinding name: raygpu-driver[<nameSuffix>]. */}}
+{{/* The driver's ServiceAccount, Role and RoleBinding name: raygpu-driver[<nameSuffix>], or fullnameOverride
+     with raygpu-sidecar replaced by raygpu-driver. */}}
 {{- define "raygpu.driverName" -}}
+{{- if .Values.fullnameOverride -}}
+{{- printf "raygpu-driver%s" (trimPrefix "raygpu-sidecar" .Values.fullnameOverride) -}}
+{{- else -}}
 {{- printf "raygpu-driver%s" .Values.nameSuffix -}}
 {{- end -}}
+{{- end -}}
 
-{{/* The labels of the kustomize base deploy/driver. */}}
+{{/* The labels of the kustomize base deploy/driver, and Helm's. */}}
 {{- define "raygpu.driverLabels" -}}
-app.kubernetes.io/name: raygpu-driver
+app.kubernetes.io/name: {{ include "raygpu.name" . }}-driver
 app.kubernetes.io/part-of: raygpu
+{{ include "raygpu.helmLabels" . }}
 {{- end -}}
 
 {{/* The keep-warm state ConfigMap's name, as raygpu.model.labels.warm_state_name computes it: <cluster>-raygpu-warm
