@@ -129,10 +129,11 @@ def _tool_dirs() -> list[str]:
     return dirs
 
 
-def _head_address(env: dict[str, str], ns: str) -> str | None:
-    """The GCS address of the page's RayCluster, from ``raygpu testbed status --json`` (docs/testbed.md)."""
-    out = subprocess.run(["raygpu", "testbed", "status", "--json"], env=env, capture_output=True, text=True,
-                         timeout=60)
+def _head_address(ns: str) -> str | None:
+    """The GCS address of the page's RayCluster, from ``raygpu testbed status --json`` (docs/testbed.md), run in
+    the test's own environment: its ``RAYGPU_TESTBED_DIR`` says which testbed this session uses."""
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "raygpu"), "testbed", "status", "--json"],
+                         capture_output=True, text=True, timeout=60)
     heads = json.loads(out.stdout)["ray_clusters"] if out.stdout.strip() else []
     return next((rc["address"] for rc in heads if rc["namespace"] == ns and rc["cluster"] == CLUSTER), None)
 
@@ -157,7 +158,7 @@ def test_the_quickstart_runs_as_written(testbed, ns, tmp_path, keep_on_failure):
             continue
         if step.name in NEEDS_RAY and ctx["ray_address"] is None:
             ctx["ray_address"] = env["RAY_ADDRESS"] = wait_for(
-                f"the Ray head of {ns}/{CLUSTER} in `raygpu testbed status`", lambda: _head_address(env, ns), 120)
+                f"the Ray head of {ns}/{CLUSTER} in `raygpu testbed status`", lambda: _head_address(ns), 120)
         out = subprocess.run(["bash", "-euo", "pipefail", "-c", step.body], cwd=work, env=env, capture_output=True,
                              text=True, timeout=STEP_TIMEOUT_S)
         with open(tmp_path / "steps.log", "a") as log:
