@@ -210,6 +210,21 @@ def test_promtool_test_rules_passes_and_each_alert_is_tested_firing(tmp_path):
     assert "RaygpuReservationsReleasedForDeadDrivers" in out.stdout + out.stderr
 
 
+def test_promtool_check_metrics_accepts_what_the_sidecar_serves():
+    """Prometheus' own lint of the exposition (names, units, help): a counter without _total, a unit in the
+    wrong place... would be reported here."""
+    from prometheus_client import generate_latest
+    m = SidecarMetrics()
+    m.guard_waiting.labels("team-a").set(1)  # the lazily labelled gauges too
+    m.warm_target.labels("gpu").set(2)
+    m.scale_up_pending.labels("waiting").set(1)
+    text = generate_latest(m.registry).decode()
+    out = subprocess.run([str(promtool()), "check", "metrics"], input=text, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert 'raygpu_guard_waiting_gangs{scope="team-a"} 1.0' in text
+
+
 def test_every_dashboard_query_is_valid_promql():
     tool = promtool()
     for where, q in dashboard_queries():
