@@ -34,6 +34,11 @@ raygpu_scale_up_pending_placement_groups       gauge      pending placement grou
   {state}                                                 last cycle: reserved (a reservation waits for it)
                                                           or waiting (none yet: grace, fits now, cap, back-off)
 =============================================  =========  ===============================================
+
+Every counter is exported from the start at 0, for each label value it can take (the ``action,reason`` pairs of
+``decisions`` excepted: those appear at their first decision), so ``rate()`` and ``increase()`` see its first
+increment: an alert on ``increase(raygpu_gc_reservations_released_total{reason="TimedOut"}[1h]) > 0`` fires for
+the first timed-out reservation too (deploy/monitoring/raygpu-rules.yaml).
 """
 
 from __future__ import annotations
@@ -42,7 +47,16 @@ from typing import Any, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from raygpu.model.gc import GcReason
 from raygpu.plan.guard import ScopeGauges
+from raygpu.reclaim.report import CycleOutcome
+
+# the label values each labelled counter starts with, at 0
+DRAIN_RESULTS = ("accepted", "rejected")
+SCALE_UP_RESULTS = ("reserved", "refused", "failed", "exists")
+# GcReason values a reservation is released (or scaled to zero) for; the others only keep
+KEEP_ONLY_REASONS = (GcReason.IN_USE, GcReason.LIVE, GcReason.RAY_SAYS_ALIVE, GcReason.UNPROVEN)
+RELEASE_REASONS = tuple(r.value for r in GcReason if r not in KEEP_ONLY_REASONS)
 
 
 class SidecarMetrics:
@@ -90,6 +104,11 @@ class SidecarMetrics:
                                       "Pending placement groups gang scale-up saw at the last cycle, by what it did "
                                       "(reserved: has a reservation; waiting: none yet)", ["state"], registry=r)
         self._guard_scopes: set[str] = set()
+        for counter, values in ((self.cycles, [o.value for o in CycleOutcome]), (self.drains, DRAIN_RESULTS),
+                                (self.reservations_released, RELEASE_REASONS),
+                                (self.scale_up_reservations, SCALE_UP_RESULTS)):
+            for value in values:
+                counter.labels(value)  # a child at 0: exported before its first increment
 
     def set_guard(self, scopes: Iterable[ScopeGauges]) -> None:
         """The guard gauges of this cycle; a scope no longer listed is removed (absent, not a stale value)."""

@@ -27,6 +27,10 @@ VERSIONS = {
     "kwok": "v0.8.0",
     "etcd": "v3.6.16",
     "helm": "v4.3.2",  # not part of the testbed: the unit tests render and lint deploy/helm/raygpu with it
+    # not part of the testbed either: promtool (Prometheus 3.16.0's module version) checks and unit-tests
+    # deploy/monitoring's rules; the prometheus-operator's CRDs let the chart's dry run apply its monitors
+    "promtool": "v0.316.0",
+    "prometheus-operator": "v0.85.0",
 }
 
 # `--kubernetes <minor>` -> the kube-apiserver/scheduler/controller-manager/kubectl version it runs
@@ -54,7 +58,8 @@ BUILD_SCRIPT = Path(__file__).parent / "scripts" / "build-components.sh"
 # the build script's environment variable for each pinned version (so the script builds what _dirs() names)
 VERSION_ENV = {"kubernetes": "K8S_VERSION", "scheduler-plugins": "SCHED_PLUGINS_VERSION",
                "kuberay": "KUBERAY_VERSION", "kueue": "KUEUE_VERSION", "kwok": "KWOK_VERSION",
-               "etcd": "ETCD_VERSION", "helm": "HELM_VERSION"}
+               "etcd": "ETCD_VERSION", "helm": "HELM_VERSION", "promtool": "PROMTOOL_VERSION",
+               "prometheus-operator": "PROMETHEUS_OPERATOR_VERSION"}
 
 
 def selected_kubernetes(flag: str | None = None) -> str:
@@ -128,13 +133,20 @@ def _control_plane_dir(d: dict[str, Path], kubernetes: str) -> Path:
 
 
 def tool(name: str) -> Path:
-    """Where the built ``helm`` or ``kubectl`` (whose ``kubectl kustomize`` is kustomize) is; it may not exist yet:
-    ``.ci/setup`` builds both, ``bash raygpu/testing/scripts/build-components.sh helm`` (or ``k8s``) one set."""
-    if name == "helm":
-        return cache_dir() / "bin" / f"helm-{VERSIONS['helm']}" / "helm"
+    """Where the built ``helm``, ``promtool`` or ``kubectl`` (whose ``kubectl kustomize`` is kustomize) is; it may
+    not exist yet: ``.ci/setup`` builds them, ``bash raygpu/testing/scripts/build-components.sh helm`` (or
+    ``promtool``, ``k8s``) one set."""
+    if name in ("helm", "promtool"):
+        return cache_dir() / "bin" / f"{name}-{VERSIONS[name]}" / name
     if name == "kubectl":
         return _dirs()["k8s"] / "kubectl"
-    raise ValueError(f"no tool {name!r}: helm or kubectl")
+    raise ValueError(f"no tool {name!r}: helm, promtool or kubectl")
+
+
+def prometheus_operator_crds() -> Path:
+    """The folder of the prometheus-operator's ServiceMonitor, PodMonitor and PrometheusRule CRDs (one YAML file
+    each); it may not exist yet: ``.ci/setup``, or ``build-components.sh prometheus-operator-crds``."""
+    return cache_dir() / "bin" / f"prometheus-operator-crds-{VERSIONS['prometheus-operator']}" / "crds"
 
 
 def missing(kubernetes: str = DEFAULT_KUBERNETES) -> list[str]:

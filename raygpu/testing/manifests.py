@@ -163,8 +163,11 @@ def sidecar_policy_objects() -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ every manifest the repository ships
 REPO = DEPLOY.parent
 MANIFEST_ROOTS = ("deploy", "examples")
-# deploy/helm (a Helm chart: templates, not manifests) is rendered and compared by its own tests.
-SKIPPED_DIRS = ("deploy/helm",)
+# deploy/helm (a Helm chart: templates, not manifests) is rendered and compared by its own tests;
+# deploy/monitoring holds a Prometheus rule file, its promtool tests and a Grafana dashboard, no Kubernetes
+# object (tests/unit/test_monitoring.py; the chart's PrometheusRule wraps the rules and is dry-run applied by
+# tests/integration/test_deploy_helm_dry_run.py).
+SKIPPED_DIRS = ("deploy/helm", "deploy/monitoring")
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 # shipped trees that use an API an older control plane does not serve -> the oldest Kubernetes minor that
 # serves it: deploy/workload's MutatingAdmissionPolicy is admissionregistration.k8s.io/v1 (GA in 1.36), and

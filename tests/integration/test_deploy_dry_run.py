@@ -7,7 +7,9 @@ CRD validation, admission (ValidatingAdmissionPolicy CEL type-checking included)
 Cluster-scoped objects (PriorityClass, ValidatingAdmissionPolicy and its binding) included. A namespaced
 object goes to the test's namespace (the overlays name ``ray``, which the testbed does not have).
 
-Skipped on purpose: ``deploy/helm`` (a Helm chart, rendered and compared by its own tests) and every file
+Skipped on purpose: ``deploy/helm`` (a Helm chart, rendered and compared by its own tests, and dry-run applied
+by test_deploy_helm_dry_run.py), ``deploy/monitoring`` (Prometheus rules and a Grafana dashboard, no Kubernetes
+objects: tests/unit/test_monitoring.py) and every file
 that is not ``*.yaml``/``*.yml`` (``deploy/image``'s Containerfile, the Python examples). A failure names
 the file (or kustomization), the document's index, and the object.
 """
@@ -46,7 +48,7 @@ def test_every_shipped_manifest_applies_with_server_side_dry_run(testbed, ns, ku
     # the walk found what the repository ships (a moved or renamed tree would otherwise pass empty)
     assert {"deploy/sidecar", "deploy/driver", "deploy/sidecar-policy"} <= {str(k) for k in kustomizations}
     assert "deploy/guard/priorityclasses.yaml" in {str(f) for f in files}
-    assert not [f for f in files if str(f).startswith("deploy/helm/")]
+    assert not [f for f in files if str(f).startswith(("deploy/helm/", "deploy/monitoring/"))]
 
     failures, applied, kinds, not_served = [], 0, set(), []
     for where, docs, need in sources:

@@ -48,3 +48,21 @@ def test_a_failed_build_names_the_set(tmp_path, monkeypatch):
     monkeypatch.setattr(components.subprocess, "run", lambda argv, **_: subprocess.CompletedProcess(argv, 1))
     with pytest.raises(RuntimeError, match="'kuberay' failed"):
         components.ensure_built(progress=lambda *_: None)
+
+
+def test_the_build_script_defaults_to_the_pinned_versions():
+    """Run by hand or by .ci/setup (no environment), the script builds what components.VERSIONS pins."""
+    import re
+    text = components.BUILD_SCRIPT.read_text()
+    for key, env in components.VERSION_ENV.items():
+        m = re.search(rf'^{env}="\$\{{{env}:-([^}}]*)\}}"', text, re.M)
+        assert m, f"{env} has no default in {components.BUILD_SCRIPT.name}"
+        assert m.group(1) == components.VERSIONS[key], env
+
+
+def test_promtool_and_the_operator_crds_are_sets_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYGPU_CACHE", str(tmp_path))
+    assert components.tool("promtool") == tmp_path / "bin" / "promtool-v0.316.0" / "promtool"
+    assert components.prometheus_operator_crds() == tmp_path / "bin" / "prometheus-operator-crds-v0.85.0" / "crds"
+    text = components.BUILD_SCRIPT.read_text()
+    assert "all|promtool)" in text and "all|prometheus-operator-crds)" in text  # .ci/setup (target all) builds both

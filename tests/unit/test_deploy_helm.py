@@ -8,6 +8,7 @@ objects. The tools missing is a failure, not a skip: CI builds them (docs/decisi
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -164,6 +165,65 @@ def test_metrics_port_zero_drops_the_port_and_the_probe_and_tells_the_sidecar():
     assert "--metrics-port=0" in sidecar["args"] and "ports" not in sidecar and "readinessProbe" not in sidecar
 
 
+# ------------------------------------------------------------- monitoring (docs/monitoring.md)
+MONITORING = REPO / "deploy" / "monitoring"
+MONITORING_ON = ("--set", "monitoring.service.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true",
+                 "--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
+                 "--set", "monitoring.grafanaDashboard.enabled=true")
+
+
+def test_monitoring_is_off_by_default_and_each_option_adds_its_object():
+    base = helm_template("--set", "cluster=gpu-cluster")
+    assert not {"Service", "ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"} & {o["kind"] for o in base}
+    added = {}
+    for option, kinds in {"service": ["Service"], "serviceMonitor": ["Service", "ServiceMonitor"],
+                          "podMonitor": ["PodMonitor"], "prometheusRule": ["PrometheusRule"],
+                          "grafanaDashboard": ["ConfigMap"]}.items():
+        rendered = helm_template("--set", "cluster=gpu-cluster", "--set", f"monitoring.{option}.enabled=true")
+        added[option] = [o for o in rendered if o not in base]
+        assert sorted(o["kind"] for o in added[option]) == kinds, option
+    assert added["service"][0]["metadata"]["name"] == "raygpu-sidecar-metrics"
+
+
+def test_monitoring_objects_scrape_the_sidecars_port_and_carry_deploy_monitoring_s_files():
+    objs = {o["kind"]: o for o in helm_template("--set", "cluster=gpu-cluster", "--set", "rayCluster.create=true",
+                                                 "--set", "monitoring.serviceMonitor.labels.release=prom",
+                                                 *MONITORING_ON)}
+    head = objs["RayCluster"]["spec"]["headGroupSpec"]["template"]["spec"]
+    [port] = [c for c in head["containers"] if c["name"] == "raygpu-sidecar"][0]["ports"]
+    svc, sm, pm = objs["Service"], objs["ServiceMonitor"], objs["PodMonitor"]
+    # the Service and the PodMonitor select the RayCluster's head pod (KubeRay's labels) and its named port
+    head_labels = {"ray.io/cluster": "gpu-cluster", "ray.io/node-type": "head"}
+    assert svc["spec"]["selector"] == head_labels == pm["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"][0]["targetPort"] == port["name"] and svc["spec"]["ports"][0]["port"] == port["containerPort"]
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == port["name"]
+    # the ServiceMonitor selects that Service, on that port, and is labelled for the operator's selector
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    # both add the ray_cluster label the rules and the dashboard group by
+    for endpoint in (sm["spec"]["endpoints"][0], pm["spec"]["podMetricsEndpoints"][0]):
+        assert {"sourceLabels": ["__meta_kubernetes_pod_label_ray_io_cluster"], "targetLabel": "ray_cluster"} in \
+            endpoint["relabelings"]
+    assert objs["PrometheusRule"]["spec"] == yaml.safe_load((MONITORING / "raygpu-rules.yaml").read_text())
+    dashboard = objs["ConfigMap"]["data"]["raygpu.json"]
+    assert json.loads(dashboard) == json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    assert objs["ConfigMap"]["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+@pytest.mark.parametrize("option", ["service", "serviceMonitor", "podMonitor"])
+def test_scraping_with_metrics_port_zero_is_refused_naming_the_port(option):
+    assert "metrics.port" in helm_refuses("--set", "cluster=gpu", "--set", "metrics.port=0",
+                                          "--set", f"monitoring.{option}.enabled=true")
+
+
+def test_helm_lint_passes_with_every_option_on():
+    out = run(tool("helm"), "lint", CHART, "--strict", "--set", "cluster=gpu-cluster", "--set", "driver.enabled=true",
+              "--set", "sidecarPolicy.enabled=true", "--set", "gangScaleUp.enabled=true",
+              "--set", "rayCluster.create=true", *MONITORING_ON)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 # ------------------------------------------------------------- bad values
 @pytest.mark.parametrize("args, says", [
     ((), "cluster"),                                                      # no RayCluster named
@@ -172,6 +232,8 @@ def test_metrics_port_zero_drops_the_port_and_the_probe_and_tells_the_sidecar():
     (("--set", "cluster=gpu", "--set-json", "mode=false"), "mode"),       # a bare `mode: off` in a values file
     (("--set", "cluster=gpu", "--set", "metrics.port=70000"), "port"),
     (("--set", "cluster=gpu", "--set", "nameSuffix=llm"), "nameSuffix"),  # must start with "-"
+    (("--set", "cluster=gpu", "--set", "monitoring.podMonitor.interval=often"), "interval"),
+    (("--set", "cluster=gpu", "--set", "monitoring.servicemonitor.enabled=true"), "servicemonitor"),  # a typo
 ])
 def test_bad_values_are_refused_naming_the_value(args, says):
     assert says in helm_refuses(*args)

@@ -20,6 +20,12 @@ KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"          # renders/lints deploy/helm/raygpu in the unit tests
+# promtool checks and unit-tests deploy/monitoring's alerting rules (tests/unit/test_monitoring.py); v0.316.0 is
+# the Go module version of Prometheus 3.16.0. Built with -tags remove_all_sd: promtool needs no service discovery.
+PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.316.0}"
+# Only the CRDs of the prometheus-operator (ServiceMonitor, PodMonitor, PrometheusRule), no binary: the chart's
+# server-side dry run installs them on the testbed (tests/integration/test_deploy_helm_dry_run.py).
+PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 
 CACHE="${RAYGPU_CACHE:-$HOME/.cache/raygpu}"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
@@ -92,14 +98,15 @@ build_k8s() {  # k8s_version [scheduler_plugins_version]
   echo "$out"
 }
 
-# ---- kuberay, kueue, kwok, helm: modules without replace lines: go install with GOBIN
-build_install() {  # name version pkg crd_subdir [ldflags]
-  local name=$1 ver=$2 pkg=$3 crds=${4:-} ld="-s -w ${5:-}"
+# ---- kuberay, kueue, kwok, helm, promtool: modules without replace lines: go install with GOBIN
+build_install() {  # name version pkg crd_subdir [ldflags] [build tags]
+  local name=$1 ver=$2 pkg=$3 crds=${4:-} ld="-s -w ${5:-}" tags=${6:-}
   local out="$CACHE/bin/$name-$ver"
   if stamp_ok "$out"; then log "$name cached: $out"; echo "$out"; return; fi
   local t0=$SECONDS; mkdir -p "$out"
-  log "$name: go install $pkg@$ver"
-  GOBIN="$out" retry go install -trimpath -ldflags "$ld" "$pkg@$ver" || { log "FAILED: $name $pkg@$ver"; exit 1; }
+  log "$name: go install ${tags:+-tags $tags }$pkg@$ver"
+  GOBIN="$out" retry go install -trimpath ${tags:+-tags "$tags"} -ldflags "$ld" "$pkg@$ver" \
+    || { log "FAILED: $name $pkg@$ver"; exit 1; }
   if [ -n "$crds" ]; then
     local mod="${pkg%%/cmd/*}"; local moddir; moddir=$(go env GOMODCACHE)
     mkdir -p "$out/crds"; cp -r "$moddir/$mod@$ver/$crds"/. "$out/crds/"; chmod -R u+w "$out/crds"
@@ -127,6 +134,21 @@ MOD
   touch "$out/.done"; log "etcd built in $((SECONDS - t0)) s"; echo "$out"
 }
 
+# ---- CRDs only, copied from a module's files (nothing compiled)
+build_crds() {  # name version module subdir file...
+  local name=$1 ver=$2 mod=$3 sub=$4; shift 4
+  local out="$CACHE/bin/$name-$ver"
+  if stamp_ok "$out"; then log "$name cached: $out"; echo "$out"; return; fi
+  local t0=$SECONDS dir; mkdir -p "$out/crds"
+  log "$name: go mod download $mod@$ver"
+  dir=$(retry go mod download -json "$mod@$ver" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])') \
+    || { log "FAILED: go mod download $mod@$ver"; exit 1; }
+  for f in "$@"; do cp "$dir/$sub/$f" "$out/crds/" || { log "FAILED: $name: no $sub/$f in $mod@$ver"; exit 1; }; done
+  chmod -R u+w "$out/crds"
+  echo "$((SECONDS - t0))" > "$out/.build_seconds"
+  touch "$out/.done"; log "$name ready in $((SECONDS - t0)) s"; echo "$out"
+}
+
 T0=$SECONDS
 only="${1:-all}"
 case "$only" in
@@ -140,6 +162,14 @@ case "$only" in
   # helm has no replace lines; without the -X its `helm version` says only "v4.3"
   all|helm) build_install helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm "" \
               "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" >/dev/null ;;&
+  # `promtool --version` says the Prometheus release: module v0.316.0 is Prometheus 3.16.0
+  all|promtool) n="${PROMTOOL_VERSION#v0.}"; mm="${n%%.*}"
+                build_install promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool "" \
+                  "-X github.com/prometheus/common/version.Version=${mm:0:1}.$((10#${mm:1})).${n#*.}" remove_all_sd >/dev/null ;;&
+  all|prometheus-operator-crds) build_crds prometheus-operator-crds "$PROMETHEUS_OPERATOR_VERSION" \
+                  github.com/prometheus-operator/prometheus-operator example/prometheus-operator-crd \
+                  monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_podmonitors.yaml \
+                  monitoring.coreos.com_prometheusrules.yaml >/dev/null ;;&
   *) ;;
 esac
 log "all components ready in $((SECONDS - T0)) s (cache: $CACHE/bin)"

@@ -155,3 +155,17 @@ app.kubernetes.io/part-of: raygpu
 {{- printf "%s--%s" $head (trunc 8 (sha256sum (printf "[%s, \"warm\"]" (toJson $cluster)))) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Monitoring (templates/monitoring-*.yaml, docs/monitoring.md): the labels of its objects, and a check that
+     something to scrape exists. */}}
+{{- define "raygpu.monitoringLabels" -}}
+{{ include "raygpu.sidecarLabels" . }}
+app.kubernetes.io/component: metrics
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "raygpu.needsMetricsPort" -}}
+{{- if not (int .Values.metrics.port) -}}
+{{- fail (printf "%s scrapes the sidecar's /metrics: set metrics.port (it is 0, which turns /metrics off)" .what) -}}
+{{- end -}}
+{{- end -}}
