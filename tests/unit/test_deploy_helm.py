@@ -198,7 +198,10 @@ def test_monitoring_objects_scrape_the_sidecars_port_and_carry_deploy_monitoring
     assert svc["spec"]["ports"][0]["targetPort"] == port["name"] and svc["spec"]["ports"][0]["port"] == port["containerPort"]
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == port["name"]
     # the ServiceMonitor selects that Service, on that port, and is labelled for the operator's selector
-    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    svc_labels = helm_template("--set", "cluster=gpu-cluster", *MONITORING_ON, helm_labels=True)
+    [svc_labels] = [o["metadata"]["labels"] for o in svc_labels if o["kind"] == "Service"]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc_labels.items()
+    assert "app.kubernetes.io/version" not in sm["spec"]["selector"]["matchLabels"]
     assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
     assert sm["metadata"]["labels"]["release"] == "prom"
     # both add the ray_cluster label the rules and the dashboard group by
@@ -262,7 +265,7 @@ ALL_ON = ("--set", "cluster=gpu-cluster", "--set", "sidecarPolicy.enabled=true",
 
 
 def test_every_object_but_the_users_raycluster_carries_the_standard_helm_labels():
-    objs = helm_template(*ALL_ON, "--set", "nameOverride=acme", helm_labels=True)
+    objs = helm_template(*ALL_ON, *MONITORING_ON, "--set", "nameOverride=acme", helm_labels=True)
     for o in objs:
         if o["kind"] == "RayCluster":
             continue

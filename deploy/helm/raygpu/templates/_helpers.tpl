@@ -161,7 +161,6 @@ app.kubernetes.io/part-of: raygpu
 {{- define "raygpu.monitoringLabels" -}}
 {{ include "raygpu.sidecarLabels" . }}
 app.kubernetes.io/component: metrics
-app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "raygpu.needsMetricsPort" -}}
