@@ -27,7 +27,10 @@ MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 EVERY_OPTION = ["driver.enabled=true", "sidecarPolicy.enabled=true", "gangScaleUp.enabled=true",
                 "rayCluster.create=true", "monitoring.service.enabled=true", "monitoring.serviceMonitor.enabled=true",
                 "monitoring.podMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
-                "monitoring.grafanaDashboard.enabled=true"]
+                "monitoring.grafanaDashboard.enabled=true", "guard.priorityClass.enabled=true",
+                "imagePullSecrets[0].name=regcred"]
+# workloadPolicy.enabled: a MutatingAdmissionPolicy, served from Kubernetes 1.36 (the 1.37 pass applies
+# deploy/workload itself, tests/integration/test_gang_workload.py); helm lint covers the chart's copy.
 
 
 def _served(kube, api_version: str, kind: str, deadline_s: float = 30.0):
@@ -87,7 +90,7 @@ def _dry_run_apply(kube, obj: dict, ns: str):
 def test_the_chart_with_every_option_on_applies_with_server_side_dry_run(testbed, ns, kube, prometheus_operator_crds):
     objs = _render(ns, *EVERY_OPTION)
     kinds = {o["kind"] for o in objs}
-    assert MONITORING_KINDS | {"Service", "ConfigMap", "RayCluster", "ValidatingAdmissionPolicy",
+    assert MONITORING_KINDS | {"Service", "ConfigMap", "RayCluster", "ValidatingAdmissionPolicy", "PriorityClass",
                                "ValidatingAdmissionPolicyBinding", "ServiceAccount", "Role", "RoleBinding"} <= kinds
     failures = []
     for obj in objs:

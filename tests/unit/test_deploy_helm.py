@@ -223,7 +223,8 @@ def test_scraping_with_metrics_port_zero_is_refused_naming_the_port(option):
 def test_helm_lint_passes_with_every_option_on():
     out = run(tool("helm"), "lint", CHART, "--strict", "--set", "cluster=gpu-cluster", "--set", "driver.enabled=true",
               "--set", "sidecarPolicy.enabled=true", "--set", "gangScaleUp.enabled=true",
-              "--set", "rayCluster.create=true", *MONITORING_ON)
+              "--set", "rayCluster.create=true", "--set", "guard.priorityClass.enabled=true",
+              "--set", "workloadPolicy.enabled=true", "--set", "imagePullSecrets[0].name=regcred", *MONITORING_ON)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -304,3 +305,16 @@ def test_the_sidecar_container_is_restricted_and_probed_and_the_pod_gets_pull_se
 def test_an_unknown_value_is_refused_not_ignored(args):
     """additionalProperties: false, as KubeRay's and Kueue's schemas: a misspelt value never passes silently."""
     assert "additional" in helm_refuses("--set", "cluster=gpu-cluster", *args).lower()
+
+
+@pytest.mark.parametrize("option, source, copy", [
+    ("guard.priorityClass.enabled", "deploy/guard/priorityclasses.yaml", "guard-priorityclasses.yaml"),
+    ("workloadPolicy.enabled", "deploy/workload/mutating-admission-policy.yaml",
+     "workload-mutating-admission-policy.yaml")])
+def test_the_guards_priority_class_and_the_workload_policy_are_chart_options_equal_to_deploy(option, source, copy):
+    """Off by default; on, the chart renders exactly the objects of the deploy/ file (plus Helm's labels)."""
+    base = helm_template("--set", "cluster=gpu-cluster")
+    added = [o for o in helm_template("--set", "cluster=gpu-cluster", "--set", f"{option}=true") if o not in base]
+    assert added == objects((REPO / source).read_text())
+    chart_copy = REPO / "deploy/helm/raygpu/files" / copy
+    assert chart_copy.read_text() == (REPO / source).read_text(), "run deploy/monitoring/sync-chart-files.sh"

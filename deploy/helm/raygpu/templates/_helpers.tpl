@@ -168,3 +168,17 @@ app.kubernetes.io/component: metrics
 {{- fail (printf "%s scrapes the sidecar's /metrics: set metrics.port (it is 0, which turns /metrics off)" .what) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The objects of a deploy/ file copied into files/ (deploy/monitoring/sync-chart-files.sh), each with the
+     chart's labels added to its own: (dict "ctx" $ "file" "files/<name>.yaml"). */}}
+{{- define "raygpu.filesObjects" -}}
+{{- $labels := dict "app.kubernetes.io/part-of" "raygpu" | merge (include "raygpu.helmLabels" .ctx | fromYaml) }}
+{{- range $doc := splitList "\n---" (.ctx.Files.Get .file) }}
+{{- $obj := $doc | fromYaml }}
+{{- if $obj.kind }}
+{{- $_ := set $obj.metadata "labels" (merge ($obj.metadata.labels | default dict) $labels) }}
+---
+{{ toYaml $obj }}
+{{- end }}
+{{- end }}
+{{- end -}}
