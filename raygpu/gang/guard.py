@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import ConflictError, RayGpuError
 from raygpu.model.gang import GangPlan, ReservationState
-from raygpu.model.guard import LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, WaitingGang
+from raygpu.model.guard import (LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, WaitingGang,
+                                parse_timeouts)
 from raygpu.model.labels import (ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, KEY_GUARD_SCOPE, LABEL_BLOCKER,
                                  LABEL_CLUSTER, LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_RESERVATION,
                                  PRIORITY_CLASS_BLOCKER, dns_label)
@@ -358,7 +359,7 @@ class Guard:
     def _time_out(self, why: str) -> None:
         self.delete_blockers()
         cm = self.kube.get("v1", "ConfigMap", self.me, self.plan.namespace) or {}
-        done = int(((cm.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GUARD_TIMEOUTS, "0") or 0)
+        done = parse_timeouts(((cm.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GUARD_TIMEOUTS, "0"))
         self.kube.merge_patch("v1", "ConfigMap", self.me, self.plan.namespace,
                               {"metadata": {"annotations": {ANNOTATION_GUARD_TIMEOUTS: str(done + 1)}}})
         self._free_lease()

@@ -31,8 +31,8 @@ from raygpu.errors import ConflictError, PermanentError, RayGpuError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.free import can_i, free_now
-from raygpu.model.annotations import parse_cluster_policy
-from raygpu.model.guard import GuardPolicy, GuardWiring, parse_guard_policy
+from raygpu.model.annotations import AnnotationProblem, ClusterPolicy, is_guard_problem, parse_cluster_policy
+from raygpu.model.guard import GuardPolicy, GuardWiring
 from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_GATED, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
@@ -287,7 +287,7 @@ def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
     for pr in problems:
         progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
     free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
-    guard_policy = _guard_policy(kube, view, progress)
+    guard_policy = _guard_policy(kube, view, policy, problems)
     backend = chosen_backend(request, policy)
     blocker_class = (kube.get("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_BLOCKER) is not None
                      if is_guarded(request, guard_policy) and backend is Backend.NONE else None)
@@ -375,19 +375,21 @@ def _roll_back(rsv: Reservation, cause: BaseException, progress: Callable[[str],
         cause.add_note(said)
 
 
-def _guard_policy(kube: KubeAdapter, view: RayClusterView, progress: Callable[[str], None]) -> GuardPolicy:
-    """The cluster's guard annotations; a bad value is said (progress, and a Warning Event ``InvalidAnnotation``
-    on the RayCluster, best effort) and its default used."""
-    policy, problems = parse_guard_policy(view.annotations)
+def _guard_policy(kube: KubeAdapter, view: RayClusterView, policy: ClusterPolicy,
+                  problems: list[AnnotationProblem]) -> GuardPolicy:
+    """The cluster's guard policy (parsed with every other cluster annotation); a problem with a guard key, or a
+    key misspelt close to one, is also a Warning Event ``InvalidAnnotation`` on the RayCluster, best effort (the
+    guard may run without the sidecar, which says every problem)."""
     for pr in problems:
-        progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
+        if not is_guard_problem(pr):
+            continue
         try:
             kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name,
                         "namespace": view.namespace, "uid": view.uid}, "InvalidAnnotation",
                        f"{pr.key}={pr.value!r}: {pr.reason}; using {pr.default_used}", "Warning")
         except RayGpuError:
-            pass  # the message above reached the driver; an Event is best effort
-    return policy
+            pass  # the caller's progress said it; an Event is best effort
+    return policy.guard
 
 
 def _may_backfill(kube: KubeAdapter, namespace: str, progress: Callable[[str], None]) -> bool:

@@ -1,8 +1,8 @@
 """The starvation guard as data: its policy, the scope's Lease, the gangs waiting in a scope, blockers.
 
 Pure: no I/O, no clock. Parsers take raw Kubernetes dicts (what an adapter
-returns) and never raise on a bad value: ``parse_guard_policy`` reports it as
-an :class:`~raygpu.model.annotations.AnnotationProblem` and keeps the default.
+returns) and never raise on a bad value. The guard's RayCluster keys are parsed with every other
+cluster annotation (``raygpu.model.annotations.parse_cluster_policy``).
 See docs/guard.md.
 """
 
@@ -11,57 +11,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from raygpu.model.annotations import AnnotationProblem, parse_duration_s
+from raygpu.model.annotations import DEFAULT_MAX_HOLD_S, GuardPolicy, parse_guard_policy  # noqa: F401 - the guard's data
 from raygpu.model.base import Frozen, timestamp_s
-from raygpu.model.labels import (ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_RESERVATION_STATE, GUARD_LEASE_PREFIX,
-                                 KEY_GUARD, KEY_GUARD_SCOPE, KEY_MAX_HOLD, dns_label)
+from raygpu.model.labels import ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_RESERVATION_STATE
 
-DEFAULT_MAX_HOLD_S = 900.0  # raygpu.io/max-hold default: 15 minutes
 LEASE_DURATION_S = 30  # a holder that has not renewed for this long (on the reader's clock) has lost the Lease
-_ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0", "")
+MAX_TIMEOUTS = 1000  # raygpu.io/guard-timeouts is read bounded: a larger count orders the same
 
 
-class GuardPolicy(Frozen):
-    """What a RayCluster's annotations say about the guard; every field has the default used for a bad value."""
-
-    enabled: bool = False  # raygpu.io/guard: on
-    max_hold_s: float = DEFAULT_MAX_HOLD_S  # raygpu.io/max-hold
-    scope: str | None = None  # raygpu.io/guard-scope; None: the namespace
-
-    def scope_for(self, namespace: str) -> str:
-        """The scope's name as a DNS label (a node pool, a queue, or the namespace)."""
-        return dns_label(self.scope or namespace)
-
-    def lease_name(self, namespace: str) -> str:
-        return dns_label(self.scope_for(namespace), GUARD_LEASE_PREFIX)
-
-
-def parse_guard_policy(annotations: dict[str, str] | None) -> tuple[GuardPolicy, list[AnnotationProblem]]:
-    """The guard's annotations on a RayCluster. Never raises: a bad value is a problem and its default."""
-    ann = annotations or {}
-    fields: dict[str, Any] = {}
-    problems: list[AnnotationProblem] = []
-    if KEY_GUARD in ann:
-        raw = str(ann[KEY_GUARD]).strip().lower()
-        if raw in _ON or raw in _OFF:
-            fields["enabled"] = raw in _ON
-        else:
-            problems.append(AnnotationProblem(key=KEY_GUARD, value=str(ann[KEY_GUARD]), reason="expected on or off",
-                                              default_used="off"))
-    if KEY_MAX_HOLD in ann:
-        try:
-            fields["max_hold_s"] = parse_duration_s(str(ann[KEY_MAX_HOLD]))
-        except ValueError as e:
-            problems.append(AnnotationProblem(key=KEY_MAX_HOLD, value=str(ann[KEY_MAX_HOLD]), reason=str(e),
-                                              default_used=f"{DEFAULT_MAX_HOLD_S:g}s"))
-    if KEY_GUARD_SCOPE in ann:
-        raw = str(ann[KEY_GUARD_SCOPE]).strip()
-        if raw:
-            fields["scope"] = raw
-        else:
-            problems.append(AnnotationProblem(key=KEY_GUARD_SCOPE, value="", reason="empty",
-                                              default_used="the namespace"))
-    return GuardPolicy(**fields), problems
+def parse_timeouts(raw: object) -> int:
+    """``raygpu.io/guard-timeouts`` as written (a whole number) or as anyone else may have written it
+    (``"1.0"``, ``"-4"``, ``"x"``): a whole number from 0 to ``MAX_TIMEOUTS``; never raises."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        return 0
+    return int(min(max(value, 0.0), MAX_TIMEOUTS)) if math.isfinite(value) else 0
 
 
 class LeaseView(Frozen):
@@ -113,10 +78,7 @@ class WaitingGang(Frozen):
     def from_k8s(cls, cm: dict[str, Any]) -> "WaitingGang":
         md = cm["metadata"]
         ann = md.get("annotations") or {}
-        try:
-            timeouts = max(0, int(ann.get(ANNOTATION_GUARD_TIMEOUTS, "0")))
-        except ValueError:
-            timeouts = 0
+        timeouts = parse_timeouts(ann.get(ANNOTATION_GUARD_TIMEOUTS, "0"))
         return cls(name=md["name"], uid=md.get("uid", ""), created_at_s=timestamp_s(md.get("creationTimestamp")),
                    state=ann.get(ANNOTATION_RESERVATION_STATE, ""), timeouts=timeouts)
 

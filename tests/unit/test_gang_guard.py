@@ -273,3 +273,20 @@ def test_after_choosing_its_nodes_a_step_reads_only_those_nodes_and_the_pods_bou
     del world.kube.objects[("Pod", "default", "t3")]  # and what it reads is enough to see room and swap
     world.step()
     assert world.pod_patches()
+
+
+def test_a_misspelt_guard_key_gets_an_invalid_annotation_event():
+    world = World(annotations={"raygpu.io/max-hold": "90s", "raygpu.io/gaurd-scope": "pool"})
+    assert [(e.reason, e.type) for e in world.kube.events] == [("InvalidAnnotation", "Warning")]
+    assert "raygpu.io/gaurd-scope" in world.kube.events[0].message
+
+
+def test_a_timeout_count_that_is_not_a_whole_number_times_out_without_raising():
+    world = World()
+    cm = world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]
+    cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] = "1.0"
+    world.step()
+    world.clock.tick(91)
+    world.step()  # times out: counts 1.0 + 1
+    assert cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] == "2"
+    assert "holderIdentity" not in world.lease()["spec"] and not world.blockers()

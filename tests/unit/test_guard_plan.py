@@ -87,3 +87,25 @@ def test_guard_annotations_never_raise_and_fall_back_to_defaults():
     assert sorted(p.key for p in problems) == ["raygpu.io/guard", "raygpu.io/max-hold"]
     assert parse_guard_policy(None)[0].lease_name("team-a") == "raygpu-guard-team-a"
     assert isinstance(HoldUnit(name="x", node="n"), HoldUnit)
+
+
+def test_guard_keys_are_cluster_policy_keys_a_misspelt_one_is_a_problem_and_max_hold_is_bounded():
+    from raygpu.model.annotations import parse_cluster_policy
+    policy, problems = parse_cluster_policy({"raygpu.io/gaurd": "on", "raygpu.io/max-hld": "90s",
+                                             "raygpu.io/guard-scop": "pool"})
+    assert sorted(p.key for p in problems) == ["raygpu.io/gaurd", "raygpu.io/guard-scop", "raygpu.io/max-hld"]
+    assert not policy.guard.enabled and policy.guard.max_hold_s == 900.0 and policy.guard.scope is None
+    policy, problems = parse_cluster_policy({"raygpu.io/guard": "on", "raygpu.io/max-hold": "2m",
+                                             "raygpu.io/guard-scope": "pool"})
+    assert (policy.guard.enabled, policy.guard.max_hold_s, policy.guard.scope, problems) == (True, 120.0, "pool", [])
+    for bad in ("1ms", "29s", "100000h", "6h1s"):  # 30 s .. 6 h
+        policy, problems = parse_cluster_policy({"raygpu.io/max-hold": bad})
+        assert policy.guard.max_hold_s == 900.0 and [p.key for p in problems] == ["raygpu.io/max-hold"], bad
+    for good, s in (("30s", 30.0), ("6h", 21600.0)):
+        assert parse_cluster_policy({"raygpu.io/max-hold": good})[0].guard.max_hold_s == s
+
+
+@pytest.mark.parametrize("raw,want", [("1.0", 1), ("2", 2), ("-4", 0), ("x", 0), ("1e30", 1000), ("nan", 0), ("inf", 0)])
+def test_a_state_objects_timeout_count_is_read_bounded_and_never_raises(raw, want):
+    cm = {"metadata": {"name": "g", "annotations": {"raygpu.io/guard-timeouts": raw}}}
+    assert WaitingGang.from_k8s(cm).timeouts == want
