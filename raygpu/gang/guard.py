@@ -98,6 +98,7 @@ class Guard:
         self.tag = dns_label(plan.gang_name)  # the value of raygpu.io/guard-for on its pods and blockers
         self.nodes: tuple[str, ...] | None = None  # chosen once per hold
         self.held_since: float | None = None  # our clock, when we took the Lease
+        self.held_before_s = 0.0  # our clock: how long earlier holds of this gang blocked nodes (max-hold bounds the sum)
         self.swapped = False
         self.swapping = False  # the swap's patches began: finish them even if the room is now (rightly) taken
         self.unblocked = False  # the gang's pods are bound and its blockers deleted
@@ -129,6 +130,8 @@ class Guard:
         if state != ReservationState.RESERVED:
             self.release(f"reservation {state.value}")
             return
+        if self.failed:
+            return  # max-hold spent: it never holds again; the watchdog rolls the gang back
         lease = self._read_lease()
         gangs = [WaitingGang.from_k8s(c) for c in self.kube.list(
             "v1", "ConfigMap", self.plan.namespace, f"{KEY_GUARD_SCOPE}={self.scope}")]
@@ -165,7 +168,7 @@ class Guard:
         alloc, pods = self._held(sorted(set(self.nodes)))
         free = {n.name: n.free for n in free_nodes(alloc, pods)}
         need_at = need_by_node(need.k8s_requests, self.nodes)
-        step = plan_hold(units, self._blockers(), free, need_at, now - (self.held_since or now), self.policy.max_hold_s)
+        step = plan_hold(units, self._blockers(), free, need_at, self._held_for(now), self.policy.max_hold_s)
         if step.timed_out:
             self._time_out(step.reason)
             return
@@ -182,7 +185,7 @@ class Guard:
         """After the swap: once every gang pod is bound, delete the blockers; past max-hold, time out."""
         if self.unblocked:
             return
-        if now - (self.held_since or now) > self.policy.max_hold_s:
+        if self._held_for(now) > self.policy.max_hold_s:
             self._time_out("the gang's pods were not all bound within max-hold")
             return
         pods = self._gang_pods()
@@ -190,6 +193,10 @@ class Guard:
             self.delete_blockers()
             self.unblocked = True
             self.progress(f"guard: every pod of {self.me} is bound; blockers deleted")
+
+    def _held_for(self, now: float) -> float:
+        """How long this gang's holds have blocked nodes, all of them together (our clock)."""
+        return self.held_before_s + (now - self.held_since if self.held_since is not None else 0.0)
 
     def _held(self, names: list[str]) -> tuple[list, list[K8sPodView]]:
         """The held nodes and the pods bound there, only: one GET per node and one list per node (a
@@ -357,17 +364,20 @@ class Guard:
 
     # ------------------------------------------------------------- endings
     def _time_out(self, why: str) -> None:
+        """max-hold spent (all this gang's holds together): delete the blockers, free the Lease, count the
+        time-out, and fail the gang (the watchdog rolls it back, as when its timeout_s runs out): it never
+        holds again, so no gang blocks nodes for longer than its max-hold."""
         self.delete_blockers()
         cm = self.kube.get("v1", "ConfigMap", self.me, self.plan.namespace) or {}
         done = parse_timeouts(((cm.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GUARD_TIMEOUTS, "0"))
         self.kube.merge_patch("v1", "ConfigMap", self.me, self.plan.namespace,
                               {"metadata": {"annotations": {ANNOTATION_GUARD_TIMEOUTS: str(done + 1)}}})
         self._free_lease()
-        self._event("GuardTimedOut", f"{self.me}: {why}; blockers deleted, scope {self.scope} freed; the gang "
-                    "waits behind the gangs that did not time out" + ("; its pods were already swapped in: rolled "
-                                                                       "back" if self.swapped else ""), "Warning")
-        if self.swapped:
-            self.failed = f"guard: {why} after the swap"
+        self._event("GuardTimedOut", f"{self.me}: {why}; blockers deleted, scope {self.scope} freed; max-hold "
+                    f"{self.policy.max_hold_s:g} s is spent, so the gang is rolled back" +
+                    ("; its pods were already swapped in" if self.swapped else ""), "Warning")
+        self.failed = f"guard: {why} (max-hold {self.policy.max_hold_s:g} s spent)" + (
+            " after the swap" if self.swapped else "")
         self.nodes, self.held_since, self.unblocked, self.swapping = None, None, False, False
 
     def release(self, why: str) -> None:

@@ -238,7 +238,20 @@ def test_past_max_hold_the_blockers_go_the_lease_is_freed_and_the_gang_queues_be
     assert {d[1] for d in world.deletes} and all(d[1].startswith(f"{world.rsv.plan.gang_name}-bl-") for d in world.deletes)
     cm = world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]
     assert cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] == "1"
-    assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardTimedOut"] and world.guard.failed is None
+    assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardTimedOut"]
+
+
+def test_max_hold_bounds_the_total_time_a_gangs_nodes_are_blocked_it_never_holds_again_and_is_rolled_back():
+    world = World()  # max-hold 90 s, a lone gang that does not fit within it
+    world.step()
+    world.clock.tick(91)
+    world.step()  # its one hold ran out: the whole of max-hold is spent
+    assert world.guard.failed and "max-hold" in world.guard.failed  # the watchdog rolls the gang back
+    created = len([c for c in world.kube.calls if c[0] == "create" and c[1][0].get("kind") == "Pod"])
+    for _ in range(5):  # still waiting (the watchdog has not finished it yet): it never takes the scope again
+        world.step()
+    assert not world.blockers() and "holderIdentity" not in world.lease()["spec"]
+    assert len([c for c in world.kube.calls if c[0] == "create" and c[1][0].get("kind") == "Pod"]) == created
 
 
 def test_swapped_in_but_not_bound_by_max_hold_rolls_the_gang_back():
