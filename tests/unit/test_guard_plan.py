@@ -109,3 +109,25 @@ def test_guard_keys_are_cluster_policy_keys_a_misspelt_one_is_a_problem_and_max_
 def test_a_state_objects_timeout_count_is_read_bounded_and_never_raises(raw, want):
     cm = {"metadata": {"name": "g", "annotations": {"raygpu.io/guard-timeouts": raw}}}
     assert WaitingGang.from_k8s(cm).timeouts == want
+
+
+def test_choosing_nodes_computes_each_nodes_fit_time_once_plus_once_per_pod_not_once_per_pod_and_node(monkeypatch):
+    import raygpu.plan.guard as plan_guard
+    from raygpu.model.views import K8sPodView
+    calls = []
+    real = plan_guard.fit_time_s
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(plan_guard, "fit_time_s", counted)
+    n_nodes, n_pods = 2000, 40
+    nodes = [NodeFree(name=f"n{i:05d}", free={GPU: float(i % 8), "cpu": 64.0}, allocatable={GPU: 8.0, "cpu": 64.0})
+             for i in range(n_nodes)]
+    pods = {n.name: [K8sPodView(name=f"p{n.name}", namespace="t", node_name=n.name, phase="Running",
+                                requests={GPU: 8.0 - n.free[GPU]})] for n in nodes}
+    chosen = choose_nodes({GPU: 8.0, "cpu": 1.0}, n_pods, nodes, GPU, pods, now_s=0.0)
+    assert chosen is not None and len(chosen) == n_pods and len(set(chosen)) == n_pods
+    assert len(calls) <= n_nodes + 2 * n_pods  # quadratic would be n_pods * n_nodes = 80,000
+    # the same choice as before: most GPUs free now (7 of 8), then the name
+    assert list(chosen) == sorted(n.name for n in nodes if n.free[GPU] == 7.0)[:n_pods]
