@@ -20,6 +20,7 @@ idempotent and leaves no worker group, gang object or state ConfigMap behind.
 from __future__ import annotations
 
 import enum
+import os
 import threading
 import time
 import uuid
@@ -32,7 +33,7 @@ from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.free import can_i, free_now
 from raygpu.model.annotations import AnnotationProblem, ClusterPolicy, is_guard_problem, parse_cluster_policy
-from raygpu.model.guard import GuardPolicy, GuardWiring
+from raygpu.model.guard import GuardPolicy, GuardWiring, guard_namespace
 from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_GATED, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
@@ -396,9 +397,10 @@ def _may_backfill(kube: KubeAdapter, namespace: str, progress: Callable[[str], N
     """Whether this driver may backfill: get the scope's Lease and patch its own pods in ``namespace``
     (SelfSubjectAccessReviews). Said once when not: the gang is then made as usual (gang/backfill.py)."""
     if can_i(kube, "patch", "pods", namespace=namespace) and can_i(kube, "get", "leases", "coordination.k8s.io",
-                                                                      namespace=namespace):
+                                                                      namespace=guard_namespace(os.environ)):
         return True
-    progress("backfill off: this identity may not patch pods or get leases in the namespace (docs/permissions.md)")
+    progress("backfill off: this identity may not patch pods in the namespace or get leases in the guard namespace "
+             f"{guard_namespace(os.environ)} (docs/permissions.md)")
     return False
 
 

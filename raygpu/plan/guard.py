@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from raygpu.model.base import Frozen
 from raygpu.model.gang import NodeFree
 from raygpu.model.gc import ReservationRecord
-from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
+from raygpu.model.guard import Blocker, HoldUnit, LeaseView, Ticket, WaitingGang
 from raygpu.model.views import K8sPodView
 from raygpu.plan.backfill import fit_time_s
 from raygpu.plan.common.free_index import fits
@@ -64,6 +64,33 @@ def decide_lease(me: str, lease: LeaseView | None, gangs: Sequence[WaitingGang],
         return LeaseDecision(action=LeaseAction.ACQUIRE, reason=f"first in line; holder {lease.holder} has not "
                              f"renewed for {unchanged_for_s:.0f} s > {lease.lease_duration_s} s")
     return LeaseDecision(action=LeaseAction.WAIT, reason=f"{lease.holder} holds the scope")
+
+
+def live_tickets(tickets: Sequence[Ticket], unchanged_for_s: Mapping[str, float],
+                 me: str) -> tuple[list[Ticket], list[Ticket]]:
+    """The scope's proven tickets split into (live, gone). ``unchanged_for_s``: ticket name -> how long its
+    record has looked the same on the caller's clock. A ticket unchanged for longer than its
+    leaseDurationSeconds is gone: its driver died or cannot reach the API server, and (STEP_DOWN_S) a
+    holder that cannot renew has stopped blocking by then. Our own ticket (tag ``me``) is always live."""
+    live, gone = [], []
+    for t in tickets:
+        (live if t.tag == me or unchanged_for_s.get(t.name, 0.0) <= t.lease_duration_s else gone).append(t)
+    return live, gone
+
+
+def blockers_to_clear(blockers: Sequence[Blocker], live_owner_uids: set[str],
+                      my_uid: str) -> tuple[list[Blocker], list[Blocker]]:
+    """The scope's blockers that are not ours, split into (to delete, to wait for). A blocker whose owner
+    ticket is not live (gone, or deleted) is proven to belong to a holder that is gone: the next holder
+    deletes it (uid precondition). One whose owner is live belongs to a gang that will remove it itself
+    (it sees it no longer holds): the next holder blocks nothing until it is gone, so two gangs never
+    block at once."""
+    delete, wait = [], []
+    for b in blockers:
+        if b.owner_uid == my_uid and my_uid:
+            continue
+        (wait if b.owner_uid in live_owner_uids else delete).append(b)
+    return delete, wait
 
 
 def choose_nodes(pod_requests: Mapping[str, float], pod_count: int, nodes: Sequence[NodeFree],

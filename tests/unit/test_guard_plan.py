@@ -131,3 +131,32 @@ def test_choosing_nodes_computes_each_nodes_fit_time_once_plus_once_per_pod_not_
     assert len(calls) <= n_nodes + 2 * n_pods  # quadratic would be n_pods * n_nodes = 80,000
     # the same choice as before: most GPUs free now (7 of 8), then the name
     assert list(chosen) == sorted(n.name for n in nodes if n.free[GPU] == 7.0)[:n_pods]
+
+
+def test_a_ticket_unchanged_for_its_duration_is_gone_ours_never_and_only_gone_gangs_blockers_are_deleted():
+    from raygpu.model.guard import Ticket
+    from raygpu.plan.guard import blockers_to_clear, live_tickets
+    a, b, me = (Ticket(name=f"l.{t}", uid=f"u-{t}", tag=t) for t in ("a", "b", "me"))
+    live, gone = live_tickets([a, b, me], {"l.a": 31.0, "l.b": 30.0, "l.me": 999.0}, "me")
+    assert [t.tag for t in live] == ["b", "me"] and [t.tag for t in gone] == ["a"]
+    bl = [Blocker(name="x", node="n1", owner_uid="u-a"), Blocker(name="y", node="n2", owner_uid="u-b"),
+          Blocker(name="z", node="n3", owner_uid="u-me"), Blocker(name="w", node="n4", owner_uid="")]
+    delete, wait = blockers_to_clear(bl, {t.uid for t in live}, "u-me")
+    assert [x.name for x in delete] == ["x", "w"] and [x.name for x in wait] == ["y"]
+
+
+def test_only_a_proven_ticket_of_the_scope_is_read_as_a_gang_in_line():
+    from raygpu.model.guard import Ticket
+    good = {"metadata": {"name": "raygpu-guard-s.t1", "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"raygpu.io/guard-ticket": "s", "raygpu.io/guard-scope": "s"}},
+            "spec": {"holderIdentity": "t1", "renewTime": "r"}}
+    assert Ticket.from_k8s(good, "s", "raygpu-guard-s").tag == "t1"
+    import copy
+    for mutate in (lambda o: o["metadata"]["labels"].pop("raygpu.io/guard-ticket"),
+                   lambda o: o["metadata"]["labels"].update({"raygpu.io/guard-scope": "other"}),
+                   lambda o: o["metadata"].update(name="raygpu-guard-s.t2"),
+                   lambda o: o["spec"].pop("holderIdentity"),
+                   lambda o: o["metadata"].update(creationTimestamp="yesterday")):
+        bad = copy.deepcopy(good)
+        mutate(bad)
+        assert Ticket.from_k8s(bad, "s", "raygpu-guard-s") is None
