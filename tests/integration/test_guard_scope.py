@@ -39,7 +39,7 @@ GANG = textwrap.dedent("""
     pg = raygpu.placement_group([{"GPU": 8}] * 2, strategy="STRICT_SPREAD", cluster="c", namespace=NS,
                                 backend="none", guard=True, timeout_s=TIMEOUT, name=NAME, kubeconfig=KUBECONFIG)
     print(json.dumps({"gang": pg.plan.gang_name}), flush=True)
-    ok = pg.wait(TIMEOUT)
+    ok = pg.wait(WAIT)  # the watchdog (and the guard) runs on in the background either way
     print(json.dumps({"ready": ok, "at": time.monotonic(), "why": "" if ok else f"{pg.state} {pg.error}"}), flush=True)
     sys.stdin.readline()  # the job runs until the test says it is done
     raygpu.remove_placement_group(pg)
@@ -64,9 +64,12 @@ def _cluster(kube, ns: str, pool: str, max_hold_s: int) -> None:
         "raygpu.io/max-hold": f"{max_hold_s}s", "raygpu.io/guard-scope": pool}))
 
 
-def _driver(testbed, ns: str, name: str, timeout_s: int, log) -> Driver:
+def _driver(testbed, ns: str, name: str, timeout_s: int, log, wait_s: int | None = None) -> Driver:
+    """A driver process with one guarded gang; it prints its gang, then whether it was READY within ``wait_s``
+    (default ``timeout_s``), and removes it when told (``_done``)."""
     script = (GANG.replace("NS", repr(ns)).replace("KUBECONFIG", repr(str(testbed.kubeconfig)))
-              .replace("TIMEOUT", str(timeout_s)).replace("NAME", repr(name)))
+              .replace("TIMEOUT", str(timeout_s)).replace("WAIT", str(timeout_s if wait_s is None else wait_s))
+              .replace("NAME", repr(name)))
     return Driver(script, ray_address(testbed, ns, "c"), log)
 
 
@@ -173,7 +176,7 @@ def test_a_sigkilled_holder_is_taken_over_within_the_lease_duration_and_its_bloc
         tag_a = guard_tag(ns, a.next("gang", 120))
         wait_for("gang A holds the scope and its blockers stand",
                  lambda: _holder(rk.get, pool.name) == tag_a and len(blockers(core, pool.name)) == 2, 90)
-        b = _driver(testbed, ns_b, "gang", 600, tmp_path / "driver-b.log")
+        b = _driver(testbed, ns_b, "gang", 600, tmp_path / "driver-b.log", wait_s=0)  # never fits: reads stdin
         tag_b = guard_tag(ns_b, b.next("gang", 120))
         wait_for("gang B waits in line (its ticket)", lambda: any(
             p["spec"].get("holderIdentity") == tag_b for p in rk.list("coordination.k8s.io/v1", "Lease", GUARD_NS)), 60)
