@@ -160,3 +160,9 @@ def test_only_a_proven_ticket_of_the_scope_is_read_as_a_gang_in_line():
         bad = copy.deepcopy(good)
         mutate(bad)
         assert Ticket.from_k8s(bad, "s", "raygpu-guard-s") is None
+
+
+def test_the_sidecars_gauges_read_the_timeout_count_with_the_same_bounded_parser():
+    from raygpu.model.gc import ReservationRecord
+    cm = {"metadata": {"name": "g", "annotations": {"raygpu.io/guard-timeouts": "1.0"}}}
+    assert ReservationRecord.from_configmap(cm).guard_timeouts == 1
