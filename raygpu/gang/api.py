@@ -378,7 +378,7 @@ class GangPlacementGroup:
         """Remove the Ray PG, then the reservation; returns "done" or "draining", raises on failure
         (then nothing is marked released and the next attempt starts over)."""
         self._remove_ray_pg(pg_wait_s)
-        if self.guard is not None:  # its blockers also go with the state ConfigMap (ownerReference)
+        if self.guard is not None:  # its blockers also go with its ticket (ownerReference), or the next holder
             _attempt(self._progress, "ending the guard", lambda: self.guard.release(failure or "released"))
         result = "done"
         if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) is GroupOutcome.DRAINING:

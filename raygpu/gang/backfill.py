@@ -16,6 +16,7 @@ gated so that the guard can place it whole, which a backfill could not.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -23,6 +24,7 @@ from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, ForbiddenError
 from raygpu.gang.guard import GUARD_EVERY_S, read_lease
 from raygpu.model.gang import GangPlan, ReservationState
+from raygpu.model.guard import guard_namespace, guard_tag
 from raygpu.model.labels import BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION, dns_label
 from raygpu.plan.backfill import decide_backfill
 
@@ -38,6 +40,7 @@ class Backfill:
                  clock: Callable[[], float], wall: Callable[[], float] = time.time,
                  progress: Callable[[str], None] = lambda m: None) -> None:
         self.kube, self.plan, self.lease_name = kube, plan, lease_name
+        self.ns = guard_namespace(os.environ)  # where the scope's Lease is (gang/guard.py)
         self.expected_runtime_s, self.clock, self.wall, self.progress = expected_runtime_s, clock, wall, progress
         self.done = False
         self.reason = ""  # the last decision's
@@ -74,10 +77,10 @@ class Backfill:
 
     def _step(self) -> None:
         try:
-            lease = read_lease(self.kube, self.lease_name, self.plan.namespace)
+            lease = read_lease(self.kube, self.lease_name, self.ns)
         except ForbiddenError:
             lease = None  # (rights taken away since reserve asked) no pass; the gate is still lifted below
-        d = decide_backfill(self.plan.gang_name, lease.holder if lease else "",
+        d = decide_backfill(guard_tag(self.plan.namespace, self.plan.gang_name), lease.holder if lease else "",
                             lease.estimated_start_s if lease else None, self.expected_runtime_s, self.wall())
         if d.pass_for != self.said or not self.reason:  # said when the decision changes, not its numbers
             self.said = d.pass_for

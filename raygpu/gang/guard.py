@@ -1,53 +1,56 @@
 """The starvation guard of one guarded reservation, run by its driver's watchdog (docs/guard.md).
 
-Each ``step`` (at most every ``GUARD_EVERY_S``): (1) read the scope's Lease
-and the scope's guarded state ConfigMaps; (2) decide (``plan.guard.decide_lease``)
-and write the Lease, every update guarded by its resourceVersion (a conflict:
-re-read next step, never overwrite); (3) while holding: choose the nodes once
-(``plan.guard.choose_nodes``) and create one *blocker* pod per chosen node:
-``spec.nodeName`` set (the API server binds it; no scheduler queue, no race),
-requests 1m CPU and 1Mi memory, and a required pod anti-affinity (topologyKey
-kubernetes.io/hostname, every namespace) against every pod not labelled
-``raygpu.io/guard-for=<gang>``. kube-scheduler checks the anti-affinity of pods
-already on a node against each incoming pod, so no other pod is scheduled there
-any more while the pods running there run on, untouched. Once every chosen
-node has room for the gang's pods (allocatable minus the pods bound there),
-the gang's gated pods are labelled ``raygpu.io/guard-for=<gang>``, pinned to
-those nodes and ungated; once all are bound the blockers are deleted.
-Runtime hints (plan/backfill.py): the nodes are chosen by when the gang fits soonest, and the hold's
-estimated start is published on the Lease (``raygpu.io/guard-estimated-start``) for gangs that may
-backfill (gang/backfill.py) with the pass ``raygpu.io/guard-pass=<gang>`` that the blockers let in.
-(4) past ``max-hold``: delete the blockers, free the Lease, count the timeout
-on the state ConfigMap, Event GuardTimedOut. Once the reservation is
-admitted: delete leftover blockers, free the Lease, Event GuardReleased.
+Every object of a scope lives in the *guard namespace* (raygpu-system, or ``$RAYGPU_GUARD_NAMESPACE``), so
+one gang holds a scope across every namespace: the scope's Lease ``raygpu-guard-<scope>``, one *ticket*
+Lease per waiting guarded gang (``<scope lease>.<tag>``, renewed by its driver: the line), and the blockers.
 
-Touches only: the scope's Lease (labelled ``raygpu.io/guard-scope``), blocker
-pods labelled ``raygpu.io/guard-blocker=<group>`` *and* owned by this
-reservation's state ConfigMap (uid checked, deleted under a uid precondition),
-and the reservation's own pods (``raygpu.io/reservation=<group>``). It never
-deletes, evicts or preempts any other pod. Every write may fail; the next step
-re-reads and retries, and a dead driver's Lease expires (the next gang in line
-takes it on its own clock) while its blockers go with its state ConfigMap
-(ownerReference: Kubernetes' garbage collector).
+Each ``step`` (at most every ``GUARD_EVERY_S``): (0) holding for longer than max-hold in all: time out; no
+Lease renewal landed for ``STEP_DOWN_S``: stop blocking (delete our blockers) before anyone may take the
+Lease; (1) read the scope's proven tickets (ours created or renewed) and its Lease; a ticket unchanged for
+its duration on our clock is gone; (2) decide (``plan.guard.decide_lease``) and write the Lease, every
+update guarded by its resourceVersion (a conflict: re-read next step, never overwrite); (3) while
+holding: delete the blockers and tickets proven to belong to gangs that are gone (``blockers_to_clear``),
+wait for a live gang's blockers to go, then choose the nodes once (``plan.guard.choose_nodes``) and create
+one *blocker* pod per chosen node: ``spec.nodeName`` set (the API server binds it; no scheduler queue, no
+race), requests 1m CPU and 1Mi memory, and a required pod anti-affinity (topologyKey
+kubernetes.io/hostname, every namespace) against every pod not labelled ``raygpu.io/guard-for=<tag>``.
+Once every chosen node has room for the gang's pods, the gang's gated pods are labelled, pinned to those
+nodes and ungated; once all are bound the blockers are deleted. Runtime hints (plan/backfill.py): the
+nodes are chosen by when the gang fits soonest, and the hold's estimated start is published on the Lease
+(``raygpu.io/guard-estimated-start``) for gangs that may backfill (gang/backfill.py) with the pass
+``raygpu.io/guard-pass=<tag>`` that the blockers let in. (4) max-hold spent: delete the blockers, free the
+Lease, leave the line, fail the gang (rolled back). Once the reservation is admitted: delete leftover
+blockers, free the Lease, delete the ticket, Event GuardReleased.
+
+Touches only: the scope's Lease, tickets (ours; a gone gang's, under its uid), blocker pods of the scope
+in the guard namespace (ours: label ``raygpu.io/guard-blocker=<tag>`` *and* owned by our ticket; a gone
+gang's: owned by a ticket that is not live; each deleted under a uid precondition), and the reservation's
+own pods (``raygpu.io/reservation=<group>``). It never deletes, evicts or preempts any other pod.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
-from raygpu.errors import ConflictError, RayGpuError
+from raygpu.errors import ConflictError, NotFoundError, RayGpuError
 from raygpu.model.gang import GangPlan, ReservationState
-from raygpu.model.guard import LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, WaitingGang
-from raygpu.model.labels import (ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, KEY_GUARD_SCOPE, LABEL_BLOCKER,
-                                 LABEL_CLUSTER, LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_RESERVATION,
-                                 PRIORITY_CLASS_BLOCKER, dns_label)
+from raygpu.model.guard import (LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, Ticket, guard_namespace,
+                                guard_tag,
+                                parse_timeouts, ticket_name)
+from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS,
+                                 KEY_GUARD_SCOPE, LABEL_BLOCKER,
+                                 LABEL_CLUSTER, LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_GUARD_TICKET,
+                                 LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER, dns_label)
 from raygpu.model.views import K8sPodView
 from raygpu.plan.backfill import estimated_start_s
 from raygpu.plan.gang.shapes import free_nodes
-from raygpu.plan.guard import LeaseAction, blocker_units, choose_nodes, decide_lease, need_by_node, plan_hold
+from raygpu.plan.guard import (LeaseAction, blocker_units, blockers_to_clear, choose_nodes, decide_lease,
+                               live_tickets, need_by_node, plan_hold)
 
 if TYPE_CHECKING:
     from raygpu.gang.reservation import Reservation
@@ -57,6 +60,8 @@ LEASE = ("coordination.k8s.io/v1", "Lease")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 BLOCKER_REQUESTS = {"cpu": "1m", "memory": "1Mi"}  # no GPU: a blocker holds a node by its anti-affinity
 HOSTNAME = "kubernetes.io/hostname"
+STEP_DOWN_S = 2 * LEASE_DURATION_S / 3  # a holder whose last renewal landed this long ago stops blocking: before
+#   anyone can take its Lease (LEASE_DURATION_S after they last saw it change, on their clocks)
 
 
 def _micro_time() -> str:  # a Lease's MicroTime; informational (nobody compares it with a clock)
@@ -86,25 +91,33 @@ class Guard:
 
     def __init__(self, kube: KubeAdapter, plan: GangPlan, policy: GuardPolicy, *, state_uid: str,
                  cluster_uid: str, template_spec: dict[str, Any], clock: Callable[[], float],
-                 progress: Callable[[str], None] = lambda m: None, wall: Callable[[], float] = time.time) -> None:
+                 progress: Callable[[str], None] = lambda m: None, wall: Callable[[], float] = time.time,
+                 namespace: str | None = None) -> None:
         self.kube, self.plan, self.policy = kube, plan, policy
         self.state_uid, self.cluster_uid, self.template_spec = state_uid, cluster_uid, template_spec
         self.clock, self.progress, self.wall = clock, progress, wall
+        self.ns = namespace or guard_namespace(os.environ)  # the guard namespace: scope Lease, tickets, blockers
         self.published: str | None = None  # the estimated start last written on the Lease ("" = none)
         self.scope = policy.scope_for(plan.namespace)
         self.lease_name = policy.lease_name(plan.namespace)
         self.me = plan.gang_name
-        self.tag = dns_label(plan.gang_name)  # the value of raygpu.io/guard-for on its pods and blockers
+        self.tag = guard_tag(plan.namespace, plan.gang_name)  # holderIdentity; raygpu.io/guard-for on pods, blockers
+        self.ticket = ticket_name(self.lease_name, self.tag)
+        self.ticket_uid = ""  # our ticket Lease's uid once read back: our blockers' owner
         self.nodes: tuple[str, ...] | None = None  # chosen once per hold
         self.held_since: float | None = None  # our clock, when we took the Lease
+        self.held_before_s = 0.0  # our clock: how long earlier holds of this gang blocked nodes (max-hold bounds the sum)
         self.swapped = False
         self.swapping = False  # the swap's patches began: finish them even if the room is now (rightly) taken
         self.unblocked = False  # the gang's pods are bound and its blockers deleted
-        self.failed: str | None = None  # set when the hold ran out after the swap: the gang must be rolled back
+        self.failed: str | None = None  # max-hold spent (or the hold lost after the swap): the gang is rolled back
         self.done = False
+        self._dirty = False  # a hold ended whose blockers may still stand: delete them before anything else
         self._seen: tuple[tuple[str, str, str], float] | None = None
+        self._tickets_seen: dict[str, tuple[tuple[str, str], float]] = {}  # ticket -> (record, first seen unchanged)
         self._last_step = float("-inf")
-        self._last_renew = float("-inf")
+        self._last_renew = float("-inf")  # our clock: the last scope-Lease write that landed
+        self._last_ticket = float("-inf")  # our clock: the last ticket renewal that landed
 
     @classmethod
     def of(cls, rsv: Reservation, clock: Callable[[], float], progress: Callable[[str], None],
@@ -128,12 +141,30 @@ class Guard:
         if state != ReservationState.RESERVED:
             self.release(f"reservation {state.value}")
             return
+        if self.held_since is not None and self._held_for(now) > self.policy.max_hold_s:
+            self._time_out(f"nodes blocked for {self._held_for(now):.0f} s in all > max-hold "
+                           f"{self.policy.max_hold_s:g} s")
+            return
+        if self.held_since is not None and now - self._last_renew > STEP_DOWN_S:
+            self._stop_blocking(now, f"the scope's Lease was not renewed for {now - self._last_renew:.0f} s")
+        if self._dirty:
+            self.delete_blockers()
+            self._dirty = False
+        if self.failed:
+            return  # max-hold spent: it never holds again; the watchdog rolls the gang back
+        tickets = self._tickets(now)
+        for t in tickets:
+            if t.name not in self._tickets_seen or self._tickets_seen[t.name][0] != t.record:
+                self._tickets_seen[t.name] = (t.record, now)
+        live, gone = live_tickets(tickets, {n: now - at for n, (_, at) in self._tickets_seen.items()}, self.tag)
         lease = self._read_lease()
-        gangs = [WaitingGang.from_k8s(c) for c in self.kube.list(
-            "v1", "ConfigMap", self.plan.namespace, f"{KEY_GUARD_SCOPE}={self.scope}")]
         if lease is None or self._seen is None or self._seen[0] != lease.record:
             self._seen = (lease.record if lease else ("", "", ""), now)
-        decision = decide_lease(self.me, lease, gangs, now - self._seen[1])
+        decision = decide_lease(self.tag, lease, [t.waiting() for t in live], now - self._seen[1])
+        if self.held_since is not None and decision.action != LeaseAction.RENEW:
+            self._stop_blocking(now, f"{lease.holder if lease else 'nobody'} holds scope {self.scope} now")
+            self.delete_blockers()
+            self._dirty = False
         if decision.action == LeaseAction.WAIT:
             return
         if decision.action == LeaseAction.CREATE:
@@ -146,7 +177,72 @@ class Guard:
         if self.held_since is None:
             self.held_since = now
             self.progress(f"guard: {self.me} holds scope {self.scope} ({decision.reason})")
+        if not self._clear_gone(live, gone):
+            return  # a live gang's blockers still stand (it is removing them): block nothing until they are gone
         self._hold(now)
+
+    def _tickets(self, now: float) -> list[Ticket]:
+        """The scope's proven tickets (model.guard.Ticket.from_k8s: a lookalike never queues), ours created if
+        missing and renewed every LEASE_DURATION_S / 3."""
+        raw = self.kube.list(*LEASE, self.ns, f"{LABEL_GUARD_TICKET}={self.scope}")
+        tickets = [t for r in raw if (t := Ticket.from_k8s(r, self.scope, self.lease_name)) is not None]
+        mine = next((t for t in tickets if t.tag == self.tag), None)
+        if mine is None:
+            t0 = _micro_time()
+            try:
+                made = self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
+                    "name": self.ticket, "namespace": self.ns,
+                    "labels": {LABEL_GUARD_TICKET: self.scope, KEY_GUARD_SCOPE: self.scope,
+                               LABEL_CLUSTER: dns_label(self.plan.cluster)},
+                    "annotations": {ANNOTATION_GUARD_GANG: f"{self.plan.namespace}/{self.me}"}},
+                    "spec": {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t0,
+                             "renewTime": t0}})
+            except ConflictError:
+                return tickets  # exists: a create whose answer was lost (read back next step)
+            self._last_ticket = now
+            mine = Ticket.from_k8s(made, self.scope, self.lease_name)
+            tickets = [*tickets, *([mine] if mine else [])]
+        elif now - self._last_ticket > LEASE_DURATION_S / 3:
+            self.kube.merge_patch(*LEASE, self.ticket, self.ns, {"metadata": {"resourceVersion": mine.resource_version},
+                                                                 "spec": {"renewTime": _micro_time()}})
+            self._last_ticket = now
+        if mine is not None:
+            self.ticket_uid = mine.uid
+        return tickets
+
+    def _clear_gone(self, live: list[Ticket], gone: list[Ticket]) -> bool:
+        """As the holder: delete the blockers (uid precondition) proven to belong to a gang that is gone (their
+        owner ticket is not live) and the gone tickets. Returns False while another, live gang's blockers
+        still stand in the scope (it removes them itself once it sees it no longer holds)."""
+        delete, wait = blockers_to_clear(self._scope_blockers(), {t.uid for t in live}, self.ticket_uid)
+        for b in delete:
+            try:
+                self.kube.delete("v1", "Pod", b.name, self.ns, uid=b.uid)
+            except ConflictError:
+                pass  # another object of that name now: not the one proven gone
+        for t in gone:
+            try:
+                self.kube.delete(*LEASE, t.name, self.ns, uid=t.uid)
+            except (ConflictError, NotFoundError):
+                pass
+            self._tickets_seen.pop(t.name, None)
+        if delete or gone:
+            self._event("GuardTookOver", f"{self.me}: removed {len(delete)} blocker(s) and {len(gone)} ticket(s) of "
+                        f"gangs gone from scope {self.scope} ({', '.join(t.gang or t.tag for t in gone) or '-'})")
+        return not wait
+
+    def _stop_blocking(self, now: float, why: str) -> None:
+        """End this hold early (our Lease went, or could not be renewed in time): its blockers go (now, or
+        at the next step that reaches the API server), the time held counts against max-hold. Swapped in
+        already: the gang is rolled back."""
+        self.held_before_s += now - (self.held_since or now)
+        self._event("GuardLost", f"{self.me}: {why}; its blockers are deleted" +
+                    ("; its pods were already swapped in: rolled back" if self.swapped else ""), "Warning")
+        if self.swapped:
+            self.failed = f"guard: {why} after the swap"
+        self.nodes, self.held_since, self.unblocked, self.swapping, self.swapped = None, None, False, False, False
+        self.published = None
+        self._dirty = True
 
     def _hold(self, now: float) -> None:
         need = self.plan.need
@@ -160,11 +256,13 @@ class Guard:
         if self.swapped:
             self._unblock_when_bound(now)
             return
-        units = blocker_units(f"{self.me}-bl", self.nodes)
+        if not self.ticket_uid:
+            return  # our ticket not read back yet: a blocker must name its owner
+        units = blocker_units(f"{self.tag}-bl", self.nodes)
         alloc, pods = self._held(sorted(set(self.nodes)))
         free = {n.name: n.free for n in free_nodes(alloc, pods)}
         need_at = need_by_node(need.k8s_requests, self.nodes)
-        step = plan_hold(units, self._blockers(), free, need_at, now - (self.held_since or now), self.policy.max_hold_s)
+        step = plan_hold(units, self._blockers(), free, need_at, self._held_for(now), self.policy.max_hold_s)
         if step.timed_out:
             self._time_out(step.reason)
             return
@@ -181,7 +279,7 @@ class Guard:
         """After the swap: once every gang pod is bound, delete the blockers; past max-hold, time out."""
         if self.unblocked:
             return
-        if now - (self.held_since or now) > self.policy.max_hold_s:
+        if self._held_for(now) > self.policy.max_hold_s:
             self._time_out("the gang's pods were not all bound within max-hold")
             return
         pods = self._gang_pods()
@@ -189,6 +287,10 @@ class Guard:
             self.delete_blockers()
             self.unblocked = True
             self.progress(f"guard: every pod of {self.me} is bound; blockers deleted")
+
+    def _held_for(self, now: float) -> float:
+        """How long this gang's holds have blocked nodes, all of them together (our clock)."""
+        return self.held_before_s + (now - self.held_since if self.held_since is not None else 0.0)
 
     def _held(self, names: list[str]) -> tuple[list, list[K8sPodView]]:
         """The held nodes and the pods bound there, only: one GET per node and one list per node (a
@@ -212,21 +314,25 @@ class Guard:
                             _by_node(pods), self.wall())
 
     # ---------------------------------------------------------------- blockers
-    def _owned(self, pod: dict[str, Any]) -> bool:
-        md = pod.get("metadata") or {}
-        return ((md.get("labels") or {}).get(LABEL_BLOCKER) == self.plan.reservation_group
-                and any(o.get("uid") == self.state_uid and o.get("kind") == "ConfigMap"
-                        for o in md.get("ownerReferences") or []))
-
     def _blocker_pods(self) -> list[dict[str, Any]]:
-        return [p for p in self.kube.list("v1", "Pod", self.plan.namespace,
-                                          f"{LABEL_BLOCKER}={self.plan.reservation_group}") if self._owned(p)]
+        """Our blockers: label ``raygpu.io/guard-blocker=<tag>`` *and* owned by our ticket (uid)."""
+        if not self.ticket_uid:
+            self._find_ticket()
+        return [p for p in self.kube.list("v1", "Pod", self.ns, f"{LABEL_BLOCKER}={self.tag}")
+                if self.ticket_uid and _owner_uid(p) == self.ticket_uid]
+
+    def _find_ticket(self) -> None:
+        raw = self.kube.get(*LEASE, self.ticket, self.ns)
+        t = Ticket.from_k8s(raw, self.scope, self.lease_name) if raw else None
+        self.ticket_uid = t.uid if t is not None and t.tag == self.tag else ""
 
     def _blockers(self) -> list[Blocker]:
-        return [Blocker(name=p["metadata"]["name"], uid=p["metadata"].get("uid", ""),
-                        node=(p.get("spec") or {}).get("nodeName") or "",
-                        ended=(p.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
-                        deleting=bool(p["metadata"].get("deletionTimestamp"))) for p in self._blocker_pods()]
+        return [_blocker(p) for p in self._blocker_pods()]
+
+    def _scope_blockers(self) -> list[Blocker]:
+        """Every blocker of the scope in the guard namespace (anyone's), with its owner ticket's uid."""
+        return [_blocker(p) for p in self.kube.list("v1", "Pod", self.ns, f"{KEY_GUARD_SCOPE}={self.scope}")
+                if LABEL_BLOCKER in ((p.get("metadata") or {}).get("labels") or {})]
 
     def blocker_spec(self, node: str) -> dict[str, Any]:
         """A blocker's pod spec: bound to ``node`` by ``nodeName``, tiny requests, the gang's tolerations, and a
@@ -240,6 +346,8 @@ class Guard:
         spec: dict[str, Any] = {
             "nodeName": node, "priorityClassName": PRIORITY_CLASS_BLOCKER, "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,
+            # a kubelet ends it once this gang's max-hold (and a Lease's duration) is spent, whoever is left
+            "activeDeadlineSeconds": max(1, math.ceil(self.policy.max_hold_s - self.held_before_s) + LEASE_DURATION_S),
             "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
             "containers": [{"name": "block", "image": PAUSE_IMAGE,
                             "resources": {"requests": dict(BLOCKER_REQUESTS), "limits": dict(BLOCKER_REQUESTS)}}]}
@@ -250,11 +358,13 @@ class Guard:
     def _create_blocker(self, unit: HoldUnit) -> None:
         try:
             self.kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
-                "name": unit.name, "namespace": self.plan.namespace,
-                "labels": {LABEL_BLOCKER: self.plan.reservation_group, LABEL_GUARD_FOR: self.tag,
+                "name": unit.name, "namespace": self.ns,
+                "labels": {LABEL_BLOCKER: self.tag, LABEL_GUARD_FOR: self.tag, KEY_GUARD_SCOPE: self.scope,
                            LABEL_CLUSTER: dns_label(self.plan.cluster)},
-                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": self.me, "uid": self.state_uid,
-                                     "blockOwnerDeletion": False}]}, "spec": self.blocker_spec(unit.node)})
+                "annotations": {ANNOTATION_GUARD_GANG: f"{self.plan.namespace}/{self.me}"},
+                "ownerReferences": [{"apiVersion": LEASE[0], "kind": LEASE[1], "name": self.ticket,
+                                     "uid": self.ticket_uid, "blockOwnerDeletion": False}]},
+                "spec": self.blocker_spec(unit.node)})
         except ConflictError:
             pass  # exists: an earlier create whose answer was lost (read back, and proven, next step)
 
@@ -265,7 +375,7 @@ class Guard:
         for p in self._blocker_pods():
             md = p["metadata"]
             try:
-                n += self.kube.delete("v1", "Pod", md["name"], self.plan.namespace, uid=md.get("uid"))
+                n += self.kube.delete("v1", "Pod", md["name"], self.ns, uid=md.get("uid"))
             except ConflictError:
                 pass  # another object of that name now: not ours
         return n
@@ -294,27 +404,27 @@ class Guard:
 
     # ----------------------------------------------------------------- Lease
     def _read_lease(self) -> LeaseView | None:
-        return read_lease(self.kube, self.lease_name, self.plan.namespace)
+        return read_lease(self.kube, self.lease_name, self.ns)
 
     def _create_lease(self) -> None:
         t = _micro_time()
         self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
-            "name": self.lease_name, "namespace": self.plan.namespace, "labels": {KEY_GUARD_SCOPE: self.scope}},
-            "spec": {"holderIdentity": self.me, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t,
+            "name": self.lease_name, "namespace": self.ns, "labels": {KEY_GUARD_SCOPE: self.scope}},
+            "spec": {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t,
                      "renewTime": t, "leaseTransitions": 0}})
 
     def _write_lease(self, lease: LeaseView, acquire: bool) -> None:
         t = _micro_time()
-        spec: dict[str, Any] = {"holderIdentity": self.me, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": t}
+        spec: dict[str, Any] = {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": t}
         if acquire:
             spec.update(acquireTime=t, leaseTransitions=lease.transitions + 1)
-        self.kube.merge_patch(*LEASE, self.lease_name, self.plan.namespace,
+        self.kube.merge_patch(*LEASE, self.lease_name, self.ns,
                               {"metadata": {"resourceVersion": lease.resource_version}, "spec": spec})
 
     def _free_lease(self) -> None:
         lease = self._read_lease()
-        if lease is not None and lease.holder == self.me:
-            self.kube.merge_patch(*LEASE, self.lease_name, self.plan.namespace, {
+        if lease is not None and lease.holder == self.tag:
+            self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {
                 "metadata": {"resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: None}},
                 "spec": {"holderIdentity": None}})
         self.published = None
@@ -328,10 +438,10 @@ class Guard:
         if value == self.published or (value and self.published and max(float(value), float(self.published)) <= now_s):
             return
         lease = self._read_lease()
-        if lease is None or lease.holder != self.me:
+        if lease is None or lease.holder != self.tag:
             return
         try:
-            self.kube.merge_patch(*LEASE, self.lease_name, self.plan.namespace, {"metadata": {
+            self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {"metadata": {
                 "resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: value or None}}})
         except ConflictError:
             return  # changed since read: re-read next step
@@ -356,17 +466,21 @@ class Guard:
 
     # ------------------------------------------------------------- endings
     def _time_out(self, why: str) -> None:
+        """max-hold spent (all this gang's holds together): delete the blockers, free the Lease, count the
+        time-out, and fail the gang (the watchdog rolls it back, as when its timeout_s runs out): it never
+        holds again, so no gang blocks nodes for longer than its max-hold."""
         self.delete_blockers()
         cm = self.kube.get("v1", "ConfigMap", self.me, self.plan.namespace) or {}
-        done = int(((cm.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GUARD_TIMEOUTS, "0") or 0)
+        done = parse_timeouts(((cm.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GUARD_TIMEOUTS, "0"))
         self.kube.merge_patch("v1", "ConfigMap", self.me, self.plan.namespace,
                               {"metadata": {"annotations": {ANNOTATION_GUARD_TIMEOUTS: str(done + 1)}}})
         self._free_lease()
-        self._event("GuardTimedOut", f"{self.me}: {why}; blockers deleted, scope {self.scope} freed; the gang "
-                    "waits behind the gangs that did not time out" + ("; its pods were already swapped in: rolled "
-                                                                       "back" if self.swapped else ""), "Warning")
-        if self.swapped:
-            self.failed = f"guard: {why} after the swap"
+        self._delete_ticket()
+        self._event("GuardTimedOut", f"{self.me}: {why}; blockers deleted, scope {self.scope} freed; max-hold "
+                    f"{self.policy.max_hold_s:g} s is spent, so the gang is rolled back" +
+                    ("; its pods were already swapped in" if self.swapped else ""), "Warning")
+        self.failed = f"guard: {why} (max-hold {self.policy.max_hold_s:g} s spent)" + (
+            " after the swap" if self.swapped else "")
         self.nodes, self.held_since, self.unblocked, self.swapping = None, None, False, False
 
     def release(self, why: str) -> None:
@@ -377,9 +491,20 @@ class Guard:
         held = self.held_since is not None
         self.delete_blockers()
         self._free_lease()
+        self._delete_ticket()
         self.done = True
         if held:
             self._event("GuardReleased", f"{self.me}: {why}; scope {self.scope} freed")
+
+    def _delete_ticket(self) -> None:
+        """Leave the line: our ticket goes (uid precondition; already gone is fine)."""
+        if not self.ticket_uid:
+            self._find_ticket()
+        if self.ticket_uid:
+            try:
+                self.kube.delete(*LEASE, self.ticket, self.ns, uid=self.ticket_uid)
+            except (ConflictError, NotFoundError):
+                pass
 
     def _event(self, reason: str, message: str, type_: str = "Normal") -> None:
         self.progress(f"guard: {reason}: {message}")
@@ -388,6 +513,19 @@ class Guard:
                              "namespace": self.plan.namespace, "uid": self.cluster_uid}, reason, message, type_)
         except RayGpuError as e:  # an Event never blocks the guard
             self.progress(f"guard: event {reason} not recorded: {e}")
+
+
+def _owner_uid(pod: dict[str, Any]) -> str:
+    """The uid of the ticket Lease a blocker pod is owned by ("" when none)."""
+    return next((o.get("uid") or "" for o in (pod.get("metadata") or {}).get("ownerReferences") or []
+                 if o.get("kind") == LEASE[1]), "")
+
+
+def _blocker(p: dict[str, Any]) -> Blocker:
+    md = p.get("metadata") or {}
+    return Blocker(name=md.get("name", ""), uid=md.get("uid", ""), node=(p.get("spec") or {}).get("nodeName") or "",
+                   ended=(p.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+                   deleting=bool(md.get("deletionTimestamp")), owner_uid=_owner_uid(p))
 
 
 def _by_node(pods: list[K8sPodView]) -> dict[str, list[K8sPodView]]:

@@ -20,6 +20,7 @@ idempotent and leaves no worker group, gang object or state ConfigMap behind.
 from __future__ import annotations
 
 import enum
+import os
 import threading
 import time
 import uuid
@@ -31,8 +32,8 @@ from raygpu.errors import ConflictError, PermanentError, RayGpuError
 from raygpu.gang.backends import get_backend
 from raygpu.gang.backends.workload import GROUP as WORKLOAD_GROUP, MAP_NAME as WORKLOAD_POLICY
 from raygpu.gang.free import can_i, free_now
-from raygpu.model.annotations import AnnotationProblem, parse_cluster_policy
-from raygpu.model.guard import GuardPolicy, GuardWiring, parse_guard_policy
+from raygpu.model.annotations import AnnotationProblem, ClusterPolicy, is_guard_problem, parse_cluster_policy
+from raygpu.model.guard import GuardPolicy, GuardWiring, guard_namespace
 from raygpu.model.gang import Backend, GangPlan, GangRequest, ReservationState, check_transition
 from raygpu.model.gc import is_reservation_group
 from raygpu.model.labels import (ANNOTATION_GATED, ANNOTATION_HEARTBEAT, ANNOTATION_PLACEMENT_GROUP,
@@ -304,7 +305,7 @@ def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
         else:
             progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
     free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
-    guard_policy = _guard_policy(kube, view, progress)
+    guard_policy = _guard_policy(kube, view, policy, problems)
     blocker_class = (kube.get("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_BLOCKER) is not None
                      if is_guarded(request, guard_policy) and backend is Backend.NONE else None)
     may_backfill = backfill_applies(request, guard_policy) and _may_backfill(kube, request.namespace, progress)
@@ -391,13 +392,21 @@ def _roll_back(rsv: Reservation, cause: BaseException, progress: Callable[[str],
         cause.add_note(said)
 
 
-def _guard_policy(kube: KubeAdapter, view: RayClusterView, progress: Callable[[str], None]) -> GuardPolicy:
-    """The cluster's guard annotations; a bad value is said (progress, and a Warning Event ``InvalidAnnotation``
-    on the RayCluster, best effort) and its default used."""
-    policy, problems = parse_guard_policy(view.annotations)
+def _guard_policy(kube: KubeAdapter, view: RayClusterView, policy: ClusterPolicy,
+                  problems: list[AnnotationProblem]) -> GuardPolicy:
+    """The cluster's guard policy (parsed with every other cluster annotation); a problem with a guard key, or a
+    key misspelt close to one, is also a Warning Event ``InvalidAnnotation`` on the RayCluster, best effort (the
+    guard may run without the sidecar, which says every problem)."""
     for pr in problems:
-        _invalid_annotation(kube, view, pr, progress)
-    return policy
+        if not is_guard_problem(pr):
+            continue
+        try:
+            kube.event({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": view.name,
+                        "namespace": view.namespace, "uid": view.uid}, "InvalidAnnotation",
+                       f"{pr.key}={pr.value!r}: {pr.reason}; using {pr.default_used}", "Warning")
+        except RayGpuError:
+            pass  # the caller's progress said it; an Event is best effort
+    return policy.guard
 
 
 def _invalid_annotation(kube: KubeAdapter, view: RayClusterView, pr: AnnotationProblem,
@@ -416,9 +425,10 @@ def _may_backfill(kube: KubeAdapter, namespace: str, progress: Callable[[str], N
     """Whether this driver may backfill: get the scope's Lease and patch its own pods in ``namespace``
     (SelfSubjectAccessReviews). Said once when not: the gang is then made as usual (gang/backfill.py)."""
     if can_i(kube, "patch", "pods", namespace=namespace) and can_i(kube, "get", "leases", "coordination.k8s.io",
-                                                                      namespace=namespace):
+                                                                      namespace=guard_namespace(os.environ)):
         return True
-    progress("backfill off: this identity may not patch pods or get leases in the namespace (docs/permissions.md)")
+    progress("backfill off: this identity may not patch pods in the namespace or get leases in the guard namespace "
+             f"{guard_namespace(os.environ)} (docs/permissions.md)")
     return False
 
 

@@ -17,10 +17,11 @@ from pydantic import Field
 
 from raygpu.model.base import Frozen
 from raygpu.model.gang import DEFAULT_GANG_SCHEDULER_NAME, Backend, parse_scheduler_name
-from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, IDLE_TIMEOUT_AUTO, KEY_GANG_BACKEND, KEY_GANG_SCHEDULER_NAME,
+from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, GUARD_KEYS, GUARD_LEASE_PREFIX, IDLE_TIMEOUT_AUTO,
+                                 KEY_GANG_BACKEND, KEY_GANG_SCHEDULER_NAME, KEY_GUARD, KEY_GUARD_SCOPE, KEY_MAX_HOLD,
                                  KEY_GANG_SCALE_UP, KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT,
                                  KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
-                                 KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX)
+                                 KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX, dns_label)
 from raygpu.model.reclaim import ReclaimMode
 from raygpu.model.warm import WarmSettings
 
@@ -35,12 +36,31 @@ DEFAULT_SCALE_UP_IN_FLIGHT = 4
 MAX_SCALE_UP_IN_FLIGHT = 64
 DEFAULT_SCALE_UP_TIMEOUT_S = 600.0
 MIN_SCALE_UP_TIMEOUT_S, MAX_SCALE_UP_TIMEOUT_S = 30.0, 86400.0  # shorter than pods take to start; a day: a typo
+DEFAULT_MAX_HOLD_S = 900.0  # raygpu.io/max-hold default: 15 minutes
+MIN_MAX_HOLD_S, MAX_MAX_HOLD_S = 30.0, 6 * 3600.0  # shorter than pods take to bind; longer starves a pool for hours
+_ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0", "")
 _GROUP_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
 class ReconcileMode(str, Enum):
     REPORT = "report"  # findings only
     REPAIR = "repair"  # findings plus the safe fixes
+
+
+class GuardPolicy(Frozen):
+    """What a RayCluster's annotations say about the starvation guard (docs/guard.md); every field has the
+    default used for a bad value."""
+
+    enabled: bool = False  # raygpu.io/guard: on
+    max_hold_s: float = DEFAULT_MAX_HOLD_S  # raygpu.io/max-hold: the most nodes are blocked for one gang, in all
+    scope: str | None = None  # raygpu.io/guard-scope; None: the namespace
+
+    def scope_for(self, namespace: str) -> str:
+        """The scope's name as a DNS label (a node pool, a queue, or the namespace)."""
+        return dns_label(self.scope or namespace)
+
+    def lease_name(self, namespace: str) -> str:
+        return dns_label(self.scope_for(namespace), GUARD_LEASE_PREFIX)
 
 
 class ClusterPolicy(Frozen):
@@ -63,6 +83,7 @@ class ClusterPolicy(Frozen):
     gang_scale_up: bool = False
     scale_up_in_flight: int = DEFAULT_SCALE_UP_IN_FLIGHT  # reservations not yet used, at most, per cluster
     scale_up_timeout_s: float = DEFAULT_SCALE_UP_TIMEOUT_S  # a reservation not used by then is rolled back
+    guard: GuardPolicy = Field(default_factory=GuardPolicy)  # the starvation guard's keys (docs/guard.md)
 
     def idle_timeout_for(self, group_name: str) -> float:
         """Idle timeout of worker group ``group_name``: its override, else the cluster's."""
@@ -183,6 +204,8 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
     take(KEY_GANG_SCALE_UP_TIMEOUT, "scale_up_timeout_s", _scale_up_timeout_s)
 
     warm = _warm_settings(ann, problems)
+    fields["guard"], guard_problems = parse_guard_policy(ann)
+    problems.extend(guard_problems)
     group_timeouts: dict[str, float] = {}
     group_auto: set[str] = set()
     cluster_timeout = fields.get("idle_timeout_s", defaults.idle_timeout_s)
@@ -209,6 +232,49 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
     fields["group_idle_timeout_auto"] = frozenset(group_auto)
     fields["warm"] = warm
     return ClusterPolicy(**fields), problems
+
+
+def is_guard_problem(problem: AnnotationProblem) -> bool:
+    """A problem with a guard key, or a misspelt key closest to one (the driver says these as Events too)."""
+    return problem.key in GUARD_KEYS or any(problem.reason.endswith(f"{k}?") for k in GUARD_KEYS)
+
+
+def parse_guard_policy(annotations: dict[str, str] | None) -> tuple[GuardPolicy, list[AnnotationProblem]]:
+    """The guard's keys of a RayCluster's annotations (part of :func:`parse_cluster_policy`, which also reports
+    misspelt guard keys). Never raises: a bad value is a problem and its default; ``max-hold`` from
+    ``MIN_MAX_HOLD_S`` to ``MAX_MAX_HOLD_S``."""
+    ann = annotations or {}
+    fields: dict[str, object] = {}
+    problems: list[AnnotationProblem] = []
+
+    def take(key: str, field: str, parse, default_used: str) -> None:
+        if key in ann:
+            try:
+                fields[field] = parse(_text(ann[key]))
+            except (ValueError, TypeError) as exc:
+                problems.append(AnnotationProblem(key=key, value=str(ann[key]), reason=str(exc),
+                                                  default_used=default_used))
+
+    take(KEY_GUARD, "enabled", _guard_on, "off")
+    take(KEY_MAX_HOLD, "max_hold_s", lambda v: _duration_between(v, MIN_MAX_HOLD_S, MAX_MAX_HOLD_S,
+                                                                 f"{MAX_MAX_HOLD_S / 3600:g} h", "max-hold "),
+         f"{DEFAULT_MAX_HOLD_S:g}s")
+    take(KEY_GUARD_SCOPE, "scope", _scope_name, "the namespace")
+    return GuardPolicy(**fields), problems
+
+
+def _guard_on(raw: str) -> bool:
+    s = raw.strip().lower()
+    if s not in _ON and s not in _OFF:
+        raise ValueError("expected on or off")
+    return s in _ON
+
+
+def _scope_name(raw: str) -> str:
+    s = raw.strip()
+    if not s:
+        raise ValueError("empty")
+    return s
 
 
 def _on_off(raw: str) -> bool:

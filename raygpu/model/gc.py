@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any
 
 from raygpu.model.base import Frozen, timestamp_s
+from raygpu.model.guard import parse_timeouts
 from raygpu.model.labels import (ANNOTATION_DEADLINE, ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_HEARTBEAT,
                                  ANNOTATION_PLACEMENT_GROUP, ANNOTATION_RESERVATION_STATE, CREATED_BY_SCALE_UP,
                                  KEY_GUARD_SCOPE, LABEL_CLUSTER, LABEL_CREATED_BY, LABEL_OWNER_JOB, LABEL_RESERVATION,
@@ -101,15 +102,8 @@ class ReservationRecord(Frozen):
                    heartbeat_at_s=_seconds(ann.get(ANNOTATION_HEARTBEAT)),
                    deadline_at_s=_seconds(ann.get(ANNOTATION_DEADLINE)),
                    created_at_s=timestamp_s(md.get("creationTimestamp")), uid=md.get("uid", ""),
-                   guard_scope=labels.get(KEY_GUARD_SCOPE) or None, guard_timeouts=_count(ann.get(ANNOTATION_GUARD_TIMEOUTS)),
+                   guard_scope=labels.get(KEY_GUARD_SCOPE) or None, guard_timeouts=parse_timeouts(ann.get(ANNOTATION_GUARD_TIMEOUTS, "0")),
                    created_by=labels.get(LABEL_CREATED_BY) or None)
-
-
-def _count(value: Any) -> int:
-    try:
-        return max(0, int(value or 0))
-    except (TypeError, ValueError):
-        return 0
 
 
 def is_reservation_group(group: GroupTemplate) -> bool:

@@ -1,67 +1,102 @@
 """The starvation guard as data: its policy, the scope's Lease, the gangs waiting in a scope, blockers.
 
 Pure: no I/O, no clock. Parsers take raw Kubernetes dicts (what an adapter
-returns) and never raise on a bad value: ``parse_guard_policy`` reports it as
-an :class:`~raygpu.model.annotations.AnnotationProblem` and keeps the default.
+returns) and never raise on a bad value. The guard's RayCluster keys are parsed with every other
+cluster annotation (``raygpu.model.annotations.parse_cluster_policy``).
 See docs/guard.md.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
-from raygpu.model.annotations import AnnotationProblem, parse_duration_s
+from raygpu.model.annotations import DEFAULT_MAX_HOLD_S, GuardPolicy, parse_guard_policy  # noqa: F401 - the guard's data
 from raygpu.model.base import Frozen, timestamp_s
-from raygpu.model.labels import (ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, ANNOTATION_RESERVATION_STATE, GUARD_LEASE_PREFIX,
-                                 KEY_GUARD, KEY_GUARD_SCOPE, KEY_MAX_HOLD, dns_label)
+from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS,
+                                 ANNOTATION_RESERVATION_STATE, DEFAULT_GUARD_NAMESPACE, GUARD_NAMESPACE_ENV, KEY_GUARD_SCOPE,
+                                 LABEL_GUARD_TICKET, dns_label)
 
-DEFAULT_MAX_HOLD_S = 900.0  # raygpu.io/max-hold default: 15 minutes
 LEASE_DURATION_S = 30  # a holder that has not renewed for this long (on the reader's clock) has lost the Lease
-_ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0", "")
+MAX_TIMEOUTS = 1000  # raygpu.io/guard-timeouts is read bounded: a larger count orders the same
 
 
-class GuardPolicy(Frozen):
-    """What a RayCluster's annotations say about the guard; every field has the default used for a bad value."""
-
-    enabled: bool = False  # raygpu.io/guard: on
-    max_hold_s: float = DEFAULT_MAX_HOLD_S  # raygpu.io/max-hold
-    scope: str | None = None  # raygpu.io/guard-scope; None: the namespace
-
-    def scope_for(self, namespace: str) -> str:
-        """The scope's name as a DNS label (a node pool, a queue, or the namespace)."""
-        return dns_label(self.scope or namespace)
-
-    def lease_name(self, namespace: str) -> str:
-        return dns_label(self.scope_for(namespace), GUARD_LEASE_PREFIX)
+def parse_timeouts(raw: object) -> int:
+    """``raygpu.io/guard-timeouts`` as written (a whole number) or as anyone else may have written it
+    (``"1.0"``, ``"-4"``, ``"x"``): a whole number from 0 to ``MAX_TIMEOUTS``; never raises."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        return 0
+    return int(min(max(value, 0.0), MAX_TIMEOUTS)) if math.isfinite(value) else 0
 
 
-def parse_guard_policy(annotations: dict[str, str] | None) -> tuple[GuardPolicy, list[AnnotationProblem]]:
-    """The guard's annotations on a RayCluster. Never raises: a bad value is a problem and its default."""
-    ann = annotations or {}
-    fields: dict[str, Any] = {}
-    problems: list[AnnotationProblem] = []
-    if KEY_GUARD in ann:
-        raw = str(ann[KEY_GUARD]).strip().lower()
-        if raw in _ON or raw in _OFF:
-            fields["enabled"] = raw in _ON
-        else:
-            problems.append(AnnotationProblem(key=KEY_GUARD, value=str(ann[KEY_GUARD]), reason="expected on or off",
-                                              default_used="off"))
-    if KEY_MAX_HOLD in ann:
+def guard_namespace(environ: Mapping[str, str]) -> str:
+    """The guard namespace of a driver's Kubernetes cluster: ``RAYGPU_GUARD_NAMESPACE`` in ``environ`` (the
+    driver's environment) or raygpu-system. Every driver of a cluster must use the same one (one holder per
+    scope across namespaces)."""
+    return (environ.get(GUARD_NAMESPACE_ENV) or "").strip() or DEFAULT_GUARD_NAMESPACE
+
+
+def guard_tag(namespace: str, gang: str) -> str:
+    """A guarded gang's tag, unique across namespaces: its namespace and state ConfigMap name as one DNS label.
+    It is the scope Lease's holderIdentity while it holds, the value of ``raygpu.io/guard-for`` on its pods and
+    blockers, and of ``raygpu.io/guard-pass`` on pods it lets in."""
+    return dns_label(f"{namespace}.{gang}")
+
+
+def ticket_name(lease_name: str, tag: str) -> str:
+    """The ticket Lease of the gang ``tag`` waiting in the scope whose Lease is ``lease_name``."""
+    return f"{lease_name}.{tag}"
+
+
+class Ticket(Frozen):
+    """A guarded gang waiting in a scope: its ticket Lease in the guard namespace, renewed by its driver.
+
+    Only a *proven* ticket queues (:meth:`from_k8s` returns None for anything else): it is in the guard
+    namespace (only raygpu's identities may write Leases there: deploy/guard/rbac.yaml), labelled
+    ``raygpu.io/guard-ticket=<scope>`` and ``raygpu.io/guard-scope=<scope>``, named
+    ``<scope lease>.<holderIdentity>`` (:func:`ticket_name`). Its ``record`` changes with each renewal; a
+    reader that sees it unchanged for ``lease_duration_s`` on its own clock counts the gang gone."""
+
+    name: str
+    uid: str
+    tag: str  # its holderIdentity: the gang's guard_tag
+    gang: str = ""  # <namespace>/<state ConfigMap>, for messages
+    created_at_s: float = 0.0  # metadata.creationTimestamp: the API server's clock
+    timeouts: int = 0
+    resource_version: str = ""
+    renew_time: str = ""
+    lease_duration_s: int = LEASE_DURATION_S
+
+    @property
+    def record(self) -> tuple[str, str]:
+        return (self.renew_time, self.resource_version)
+
+    def waiting(self) -> "WaitingGang":
+        """As a gang in line (decide_lease's queue): named by its tag."""
+        return WaitingGang(name=self.tag, uid=self.uid, created_at_s=self.created_at_s, state="reserved",
+                           timeouts=self.timeouts)
+
+    @classmethod
+    def from_k8s(cls, obj: dict[str, Any], scope: str, lease_name: str) -> "Ticket | None":
+        """The ticket, or None when ``obj`` is not a proven ticket of this scope (a lookalike never queues)."""
+        md, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        labels, ann = md.get("labels") or {}, md.get("annotations") or {}
+        tag = spec.get("holderIdentity") or ""
+        if (not tag or labels.get(LABEL_GUARD_TICKET) != scope or labels.get(KEY_GUARD_SCOPE) != scope
+                or md.get("name") != ticket_name(lease_name, tag) or not md.get("uid")):
+            return None
+        duration = spec.get("leaseDurationSeconds")
         try:
-            fields["max_hold_s"] = parse_duration_s(str(ann[KEY_MAX_HOLD]))
-        except ValueError as e:
-            problems.append(AnnotationProblem(key=KEY_MAX_HOLD, value=str(ann[KEY_MAX_HOLD]), reason=str(e),
-                                              default_used=f"{DEFAULT_MAX_HOLD_S:g}s"))
-    if KEY_GUARD_SCOPE in ann:
-        raw = str(ann[KEY_GUARD_SCOPE]).strip()
-        if raw:
-            fields["scope"] = raw
-        else:
-            problems.append(AnnotationProblem(key=KEY_GUARD_SCOPE, value="", reason="empty",
-                                              default_used="the namespace"))
-    return GuardPolicy(**fields), problems
+            created = timestamp_s(md.get("creationTimestamp"))
+        except (TypeError, ValueError):
+            return None
+        return cls(name=md["name"], uid=md["uid"], tag=tag, gang=ann.get(ANNOTATION_GUARD_GANG, ""),
+                   created_at_s=created,
+                   timeouts=parse_timeouts(ann.get(ANNOTATION_GUARD_TIMEOUTS, "0")),
+                   resource_version=md.get("resourceVersion", ""), renew_time=str(spec.get("renewTime") or ""),
+                   lease_duration_s=duration if isinstance(duration, int) and duration > 0 else LEASE_DURATION_S)
 
 
 class LeaseView(Frozen):
@@ -113,10 +148,7 @@ class WaitingGang(Frozen):
     def from_k8s(cls, cm: dict[str, Any]) -> "WaitingGang":
         md = cm["metadata"]
         ann = md.get("annotations") or {}
-        try:
-            timeouts = max(0, int(ann.get(ANNOTATION_GUARD_TIMEOUTS, "0")))
-        except ValueError:
-            timeouts = 0
+        timeouts = parse_timeouts(ann.get(ANNOTATION_GUARD_TIMEOUTS, "0"))
         return cls(name=md["name"], uid=md.get("uid", ""), created_at_s=timestamp_s(md.get("creationTimestamp")),
                    state=ann.get(ANNOTATION_RESERVATION_STATE, ""), timeouts=timeouts)
 
@@ -129,6 +161,7 @@ class Blocker(Frozen):
     node: str  # spec.nodeName (set at creation: the API server binds it, no scheduler)
     ended: bool = False  # phase Succeeded or Failed (e.g. a kubelet refused it): it blocks nothing
     deleting: bool = False
+    owner_uid: str = ""  # the uid of the ticket Lease it is owned by (ownerReference)
 
     @property
     def holds(self) -> bool:

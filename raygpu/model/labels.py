@@ -36,7 +36,13 @@ KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what 
 KEY_GANG_SCALE_UP = "raygpu.io/gang-scale-up"  # on | off (default off)
 KEY_GANG_SCALE_UP_IN_FLIGHT = "raygpu.io/gang-scale-up-in-flight"  # 1..64 (default 4): reservations not yet used
 KEY_GANG_SCALE_UP_TIMEOUT = "raygpu.io/gang-scale-up-timeout"  # 30s..24h (default 10m): used by then or rolled back
-POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_SCHEDULER_NAME, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
+# the starvation guard (raygpu.gang.guard, docs/guard.md); parsed with the rest by parse_cluster_policy
+KEY_GUARD = "raygpu.io/guard"  # on a RayCluster: on | off (default off): guard every reservation of it
+KEY_MAX_HOLD = "raygpu.io/max-hold"  # on a RayCluster: 30s..6h (default 15m): the most a gang's nodes are blocked
+KEY_GUARD_SCOPE = "raygpu.io/guard-scope"  # on a RayCluster: scope name (default: the namespace); also on state
+#   ConfigMaps of guarded reservations and on the scope's Lease (value: the scope, as a DNS label)
+GUARD_KEYS = (KEY_GUARD, KEY_MAX_HOLD, KEY_GUARD_SCOPE)
+POLICY_KEYS = (*GUARD_KEYS, KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_SCHEDULER_NAME, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
                KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_GANG_SCALE_UP,
                KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT)
 
@@ -77,13 +83,10 @@ WARM_STATE_KEY = "history.json"  # its data key: raygpu.model.warm.encode_histor
 # ---------------------------------------------------------------------------------------------
 # The starvation guard (raygpu.gang.guard, docs/guard.md)
 # ---------------------------------------------------------------------------------------------
-KEY_GUARD = "raygpu.io/guard"  # on a RayCluster: on | off (default off): guard every reservation of it
-KEY_MAX_HOLD = "raygpu.io/max-hold"  # on a RayCluster: e.g. 90s, 15m (default 15m): longest hold per election
-KEY_GUARD_SCOPE = "raygpu.io/guard-scope"  # on a RayCluster: scope name (default: the namespace); also on state
-#   ConfigMaps of guarded reservations and on the scope's Lease (value: the scope, as a DNS label)
-LABEL_BLOCKER = "raygpu.io/guard-blocker"  # on blocker pods: the reservation group whose nodes they hold
-LABEL_GUARD_FOR = "raygpu.io/guard-for"  # on a guarded gang's pods and its blockers: the gang (state ConfigMap)
-#   name; every pod without this value is kept off a blocked node by the blocker's anti-affinity
+# (its RayCluster keys KEY_GUARD, KEY_MAX_HOLD, KEY_GUARD_SCOPE are policy keys: above)
+LABEL_BLOCKER = "raygpu.io/guard-blocker"  # on blocker pods: the gang's guard tag (model.guard.guard_tag)
+LABEL_GUARD_FOR = "raygpu.io/guard-for"  # on a guarded gang's pods and its blockers: the gang's guard tag (its
+#   namespace and state ConfigMap name as one DNS label); every pod without this value is kept off a blocked node
 ANNOTATION_GUARD_TIMEOUTS = "raygpu.io/guard-timeouts"  # on a state ConfigMap: holds that timed out (queue order)
 ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state ConfigMap and its pods: the driver's runtime hint
 LABEL_GUARD_PASS = "raygpu.io/guard-pass"  # on a backfilling gang's pending pods: the holder whose blockers let them in
@@ -92,7 +95,13 @@ GUARD_GATE = "raygpu.io/guard"  # schedulingGate on a guarded reservation's pods
 BACKFILL_GATE = "raygpu.io/backfill"  # schedulingGate on a hinted gang's pods until its first backfill decision
 PRIORITY_CLASS_BLOCKER = "raygpu-guard-blocker"  # deploy/guard/priorityclasses.yaml: above user pods (none of
 #   them can preempt a blocker to get onto a blocked node), preemptionPolicy Never
-GUARD_LEASE_PREFIX = "raygpu-guard-"  # coordination.k8s.io Lease per scope: raygpu-guard-<scope>
+GUARD_LEASE_PREFIX = "raygpu-guard-"  # coordination.k8s.io Lease per scope: raygpu-guard-<scope>, in the guard namespace
+# The guard namespace (one per Kubernetes cluster, every scope's objects in it, so one holder per scope across
+# namespaces): the scope Leases, one ticket Lease per waiting guarded gang, and every blocker pod
+DEFAULT_GUARD_NAMESPACE = "raygpu-system"
+GUARD_NAMESPACE_ENV = "RAYGPU_GUARD_NAMESPACE"  # the driver's environment: another guard namespace
+LABEL_GUARD_TICKET = "raygpu.io/guard-ticket"  # on a ticket Lease (<scope lease>.<gang tag>): the scope it waits in
+ANNOTATION_GUARD_GANG = "raygpu.io/guard-gang"  # on a ticket Lease and blockers: <namespace>/<state ConfigMap>, for humans
 
 # ---------------------------------------------------------------------------------------------
 # Names raygpu derives

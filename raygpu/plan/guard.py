@@ -7,13 +7,14 @@ another machine wrote. docs/guard.md states the contract.
 
 from __future__ import annotations
 
+import heapq
 from enum import Enum
 from typing import Mapping, Sequence
 
 from raygpu.model.base import Frozen
 from raygpu.model.gang import NodeFree
 from raygpu.model.gc import ReservationRecord
-from raygpu.model.guard import Blocker, HoldUnit, LeaseView, WaitingGang
+from raygpu.model.guard import Blocker, HoldUnit, LeaseView, Ticket, WaitingGang
 from raygpu.model.views import K8sPodView
 from raygpu.plan.backfill import fit_time_s
 from raygpu.plan.common.free_index import fits
@@ -65,6 +66,33 @@ def decide_lease(me: str, lease: LeaseView | None, gangs: Sequence[WaitingGang],
     return LeaseDecision(action=LeaseAction.WAIT, reason=f"{lease.holder} holds the scope")
 
 
+def live_tickets(tickets: Sequence[Ticket], unchanged_for_s: Mapping[str, float],
+                 me: str) -> tuple[list[Ticket], list[Ticket]]:
+    """The scope's proven tickets split into (live, gone). ``unchanged_for_s``: ticket name -> how long its
+    record has looked the same on the caller's clock. A ticket unchanged for longer than its
+    leaseDurationSeconds is gone: its driver died or cannot reach the API server, and (STEP_DOWN_S) a
+    holder that cannot renew has stopped blocking by then. Our own ticket (tag ``me``) is always live."""
+    live, gone = [], []
+    for t in tickets:
+        (live if t.tag == me or unchanged_for_s.get(t.name, 0.0) <= t.lease_duration_s else gone).append(t)
+    return live, gone
+
+
+def blockers_to_clear(blockers: Sequence[Blocker], live_owner_uids: set[str],
+                      my_uid: str) -> tuple[list[Blocker], list[Blocker]]:
+    """The scope's blockers that are not ours, split into (to delete, to wait for). A blocker whose owner
+    ticket is not live (gone, or deleted) is proven to belong to a holder that is gone: the next holder
+    deletes it (uid precondition). One whose owner is live belongs to a gang that will remove it itself
+    (it sees it no longer holds): the next holder blocks nothing until it is gone, so two gangs never
+    block at once."""
+    delete, wait = [], []
+    for b in blockers:
+        if b.owner_uid == my_uid and my_uid:
+            continue
+        (wait if b.owner_uid in live_owner_uids else delete).append(b)
+    return delete, wait
+
+
 def choose_nodes(pod_requests: Mapping[str, float], pod_count: int, nodes: Sequence[NodeFree],
                  gpu_resource: str | None, pods: Mapping[str, Sequence[K8sPodView]] | None = None,
                  now_s: float = 0.0) -> tuple[str, ...] | None:
@@ -75,36 +103,41 @@ def choose_nodes(pod_requests: Mapping[str, float], pod_count: int, nodes: Seque
     estimated ends: a pod with no runtime hint or activeDeadlineSeconds never ends), then the node with the
     most of ``gpu_resource`` free now, then the most of every resource, then the name. Without ``pods``, or
     with no hints, every node that does not fit now ties at "never", so the choice is the most GPUs free now.
+    Linear in the nodes plus n log n: each node's rank is computed once into a heap; a pick changes only
+    the picked node's rank, recomputed and pushed back (a node that no longer holds the pod leaves the heap).
     """
+    key = gpu_resource or "cpu"
+    never = float("inf")
     left = {n.name: dict(n.allocatable) for n in nodes}
     free = {n.name: dict(n.free) for n in nodes}
     taken: dict[str, dict[str, float]] = {}
-    out: list[str] = []
-    never = float("inf")
-    for _ in range(pod_count):
-        fitting = [n for n in nodes if fits(pod_requests, left[n.name])]
-        if not fitting:
-            return None
-        key = gpu_resource or "cpu"
+    by_name = {n.name: n for n in nodes}
 
-        def soonest(n: NodeFree) -> float:
-            if pods is None:
-                return 0.0
+    def rank(n: NodeFree) -> tuple[float, float, float, str]:
+        """Smallest first: fits soonest, then most ``key`` free now, then most of everything, then the name."""
+        soonest = 0.0
+        if pods is not None:
             need = {r: taken.get(n.name, {}).get(r, 0.0) + v for r, v in pod_requests.items()}
             t = fit_time_s(n.allocatable, pods.get(n.name, ()), need, now_s)
-            return never if t is None else t
-        best = max(fitting, key=lambda n: (-soonest(n), free[n.name].get(key, 0.0), sum(free[n.name].values()),
-                                           _neg(n.name)))
-        out.append(best.name)
+            soonest = never if t is None else t
+        f = free[n.name]
+        return (soonest, -f.get(key, 0.0), -sum(f.values()), n.name)
+
+    heap = [rank(n) for n in nodes if fits(pod_requests, left[n.name])]
+    heapq.heapify(heap)
+    out: list[str] = []
+    for _ in range(pod_count):
+        if not heap:
+            return None
+        name = heapq.heappop(heap)[3]
+        out.append(name)
         for r, v in pod_requests.items():
-            left[best.name][r] = left[best.name].get(r, 0.0) - v
-            free[best.name][r] = free[best.name].get(r, 0.0) - v
-            taken.setdefault(best.name, {})[r] = taken.get(best.name, {}).get(r, 0.0) + v
+            left[name][r] = left[name].get(r, 0.0) - v
+            free[name][r] = free[name].get(r, 0.0) - v
+            taken.setdefault(name, {})[r] = taken.get(name, {}).get(r, 0.0) + v
+        if fits(pod_requests, left[name]):
+            heapq.heappush(heap, rank(by_name[name]))
     return tuple(out)
-
-
-def _neg(name: str) -> tuple[int, ...]:  # max() by name ascending
-    return tuple(-ord(c) for c in name)
 
 
 def blocker_units(prefix: str, nodes: Sequence[str]) -> list[HoldUnit]:

@@ -12,22 +12,17 @@ the release the scope's Lease is free.
 from __future__ import annotations
 
 import os
-import random
-import threading
 import time
-import uuid
-from pathlib import Path
 
 import ray
-import yaml
 
 import raygpu
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.model.guard import GuardPolicy
-from raygpu.model.labels import LABEL_BLOCKER, LABEL_POOL, LABEL_TESTBED_SHAPE
+from raygpu.model.guard import GuardPolicy, guard_tag
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import nothing_left
+from tests.integration.guard_helpers import GUARD_NS, Deletions, Tenant, blockers, guard_setup
 from tests.integration.util import pods, ray_address, wait_for
 
 GPU_NODES, GPUS = 4, 8
@@ -37,81 +32,19 @@ WINDOW_S = int(os.environ.get("RAYGPU_GUARD_WINDOW_S", "60"))
 MAX_HOLD_S = int(os.environ.get("RAYGPU_GUARD_MAX_HOLD_S", "90"))
 LIFE_S = tuple(float(x) for x in os.environ.get("RAYGPU_GUARD_LIFE_S", "2,6").split(","))
 BACKLOG = 4  # tenant pods pending at any time, so that every freed GPU is taken at once
-TENANT = "tenant"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Tenant(threading.Thread):
-    """Keeps GPUS x GPU_NODES + BACKLOG 1-GPU pods alive: deletes each a random 2-6 s after it runs, creates
-    a new one whenever one ends. Records every pod it deleted."""
-
-    def __init__(self, core, ns: str, pool: str) -> None:
-        super().__init__(daemon=True)
-        self.core, self.ns, self.pool = core, ns, pool
-        self.deleted: set[str] = set()
-        self.ends: dict[str, float] = {}
-        self.stop = threading.Event()
-        self.rng = random.Random(11)
-
-    def pod(self) -> dict:
-        return {"metadata": {"name": f"t-{uuid.uuid4().hex[:8]}", "labels": {"app": TENANT}},
-                "spec": {"nodeSelector": {LABEL_POOL: self.pool, LABEL_TESTBED_SHAPE: "h100x8"},
-                         "terminationGracePeriodSeconds": 0, "containers": [{"name": "w", "image": "busybox",
-                         "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"},
-                                       "limits": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            live = [p for p in pods(self.core, self.ns, f"app={TENANT}") if not p["metadata"].get("deletionTimestamp")]
-            now = time.monotonic()
-            for p in live:
-                name = p["metadata"]["name"]
-                if (p.get("status") or {}).get("phase") == "Running":
-                    end = self.ends.setdefault(name, now + self.rng.uniform(*LIFE_S))
-                    if now >= end:
-                        self.deleted.add(name)
-                        self.core.delete_namespaced_pod(name, self.ns, grace_period_seconds=0)
-            for _ in range(GPU_NODES * GPUS + BACKLOG - sum(p["metadata"]["name"] not in self.deleted for p in live)):
-                self.core.create_namespaced_pod(self.ns, self.pod())
-            self.stop.wait(0.3)
-
-    def busy(self) -> bool:
-        ps = pods(self.core, self.ns, f"app={TENANT}")
-        return sum((p.get("status") or {}).get("phase") == "Running" for p in ps) >= GPU_NODES * GPUS
-
-
-class Deletions(threading.Thread):
-    """Every pod DELETED in the namespace, by a watch."""
-
-    def __init__(self, core, ns: str) -> None:
-        super().__init__(daemon=True)
-        self.core, self.ns, self.names, self.stop = core, ns, [], threading.Event()
-
-    def run(self) -> None:
-        from kubernetes import watch
-        rv = None
-        while not self.stop.is_set():
-            w = watch.Watch()
-            try:
-                for ev in w.stream(self.core.list_namespaced_pod, self.ns, timeout_seconds=5, resource_version=rv):
-                    rv = ev["object"].metadata.resource_version
-                    if ev["type"] == "DELETED":
-                        self.names.append(ev["object"].metadata.name)
-            except Exception:  # noqa: BLE001 - a watch that ends (410) restarts from a fresh list
-                rv = None
-                self.stop.wait(1.0)
 
 
 def test_a_guarded_gang_is_ready_within_max_hold_while_a_tenant_keeps_every_gpu_busy(testbed, ns, pool, kube, core):
-    for pc in yaml.safe_load_all((ROOT / "deploy/guard/priorityclasses.yaml").read_text()):
-        apply(kube, pc)
+    guard_setup(kube)
     pool.add({"cpu": "cpu16", **{f"g{i}": "h100x8" for i in range(GPU_NODES)}})
     apply(kube, m.raycluster("c", ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name,
                              annotations={"raygpu.io/max-hold": f"{MAX_HOLD_S}s"}))
     ray.init(address=ray_address(testbed, ns, "c"), logging_level="ERROR", log_to_driver=False)
     rk = KubeAdapter(str(testbed.kubeconfig))
-    deletions, tenant = Deletions(core, ns), Tenant(core, ns, pool.name)
+    deletions, tenant = Deletions(core, ns), Tenant(core, ns, pool.name, GPU_NODES * GPUS, BACKLOG, LIFE_S)
+    guard_deletions = Deletions(core, GUARD_NS)  # blockers live in the guard namespace
     deletions.start()
+    guard_deletions.start()
     tenant.start()
     try:
         wait_for("the tenant holds every GPU", tenant.busy, 90)
@@ -128,11 +61,11 @@ def test_a_guarded_gang_is_ready_within_max_hold_while_a_tenant_keeps_every_gpu_
         assert pg.wait(MAX_HOLD_S + 30), f"not ready: {pg.state} {pg.error}"
         waited_s = time.monotonic() - t0
         assert waited_s <= MAX_HOLD_S, f"ready after {waited_s:.0f} s > max-hold {MAX_HOLD_S} s"
-        wait_for("blockers deleted once the gang is bound", lambda: not pods(core, ns, LABEL_BLOCKER), 15)
-        blockers = f"{pg.plan.gang_name}-bl-"
-        assert any(n.startswith(blockers) for n in deletions.names), "the gang started without blocking a node"
-        during = [n for n in deletions.names[seen:] if n not in tenant.deleted
-                  and not n.startswith((blockers, "c-rg-plain-"))]
+        wait_for("blockers deleted once the gang is bound", lambda: not blockers(core, ns), 15)
+        prefix = f"{guard_tag(ns, pg.plan.gang_name)}-bl-"
+        assert any(n.startswith(prefix) for n in guard_deletions.names), "the gang started without blocking a node"
+        assert all(n.startswith(prefix) for n in guard_deletions.names), guard_deletions.names  # only its own
+        during = [n for n in deletions.names[seen:] if n not in tenant.deleted and not n.startswith("c-rg-plain-")]
         assert during == [], f"pods deleted while the guarded gang waited, neither the tenant's nor blockers: {during}"
         raygpu.remove_placement_group(pg)
         wait_for("reservations released", lambda: nothing_left(rk, ns, "c"), 90)
@@ -140,11 +73,12 @@ def test_a_guarded_gang_is_ready_within_max_hold_while_a_tenant_keeps_every_gpu_
         tenant.stop.set()
         tenant.join(10)
         deletions.stop.set()  # (before: left running, it retried against a stopped API server for minutes)
+        guard_deletions.stop.set()
     others = [n for n in deletions.names if n not in tenant.deleted and not n.startswith(("c-rg-plain-",
                                                                                           "c-rg-guarded-"))]
     assert others == [], f"pods deleted that were neither the tenant's ended pods, blockers nor ours: {others}"
-    assert not pods(core, ns, LABEL_BLOCKER), "blockers left behind"
-    lease = rk.get("coordination.k8s.io/v1", "Lease", GuardPolicy().lease_name(ns), ns)
+    assert not blockers(core, ns), "blockers left behind"
+    lease = rk.get("coordination.k8s.io/v1", "Lease", GuardPolicy().lease_name(ns), GUARD_NS)
     assert lease is not None and not lease["spec"].get("holderIdentity"), lease
     reasons = {e.reason for e in core.list_namespaced_event(ns).items if e.involved_object.kind == "RayCluster"}
     assert {"GuardHeld", "GuardReleased"} <= reasons, reasons

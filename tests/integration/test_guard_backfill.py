@@ -13,23 +13,21 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from pathlib import Path
 
 import ray
-import yaml
 
 import raygpu
 from raygpu.adapters.kube import KubeAdapter
-from raygpu.model.guard import GuardPolicy
+from raygpu.model.guard import GuardPolicy, guard_tag
 from raygpu.model.labels import ANNOTATION_GUARD_START, LABEL_GUARD_PASS, LABEL_RESERVATION
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import nothing_left
+from tests.integration.guard_helpers import GUARD_NS, guard_setup
 from tests.integration.util import pods, ray_address, wait_for
 
 GPUS, ADS_S, MAX_HOLD_S = 8, 110, 240
 SHORT_S, LONG_S = 20, 600  # 20 + 30 s margin ends well before the tenant's deadlines; 600 never does
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def started_s(p: dict) -> float:
@@ -60,8 +58,7 @@ def gang_pods(core, ns: str, pg) -> list[dict]:
 
 def test_a_short_hint_backfills_onto_held_gpus_a_long_one_does_not_and_the_hold_still_starts(
         testbed, ns, pool, kube, core):
-    for pc in yaml.safe_load_all((ROOT / "deploy/guard/priorityclasses.yaml").read_text()):
-        apply(kube, pc)
+    guard_setup(kube)
     pool.add({"cpu": "cpu16", "g0": "h100x8", "g1": "h100x8"})
     g0, g1 = pool.node("g0"), pool.node("g1")
     apply(kube, m.raycluster("c", ns, [m.worker_group("gpu", replicas=0, pool=pool.name)], pool=pool.name,
@@ -86,7 +83,7 @@ def test_a_short_hint_backfills_onto_held_gpus_a_long_one_does_not_and_the_hold_
         lease_name = GuardPolicy().lease_name(ns)
 
         def published() -> float | None:
-            lease = rk.get("coordination.k8s.io/v1", "Lease", lease_name, ns) or {}
+            lease = rk.get("coordination.k8s.io/v1", "Lease", lease_name, GUARD_NS) or {}
             raw = ((lease.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GUARD_START)
             return float(raw) if raw else None
         start = wait_for("the hold's estimated start on the Lease", published, 30)
@@ -97,7 +94,7 @@ def test_a_short_hint_backfills_onto_held_gpus_a_long_one_does_not_and_the_hold_
                                        expected_runtime_s=SHORT_S, progress=lambda m: print("short:", m), **args)
         assert short.wait(60), f"the short job did not backfill: {short.state} {short.error}"
         [sp] = gang_pods(core, ns, short)
-        assert sp["spec"]["nodeName"] == g1 and sp["metadata"]["labels"][LABEL_GUARD_PASS] == held.plan.gang_name
+        assert sp["spec"]["nodeName"] == g1 and sp["metadata"]["labels"][LABEL_GUARD_PASS] == guard_tag(ns, held.plan.gang_name)
         assert time.time() + SHORT_S < start, "the backfill could not end before the hold starts"
         raygpu.remove_placement_group(short)  # its job done, well before the hold's start
         wait_for("the short job's pod gone", lambda: not gang_pods(core, ns, short), 60)

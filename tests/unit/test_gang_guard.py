@@ -6,19 +6,20 @@ import time
 
 import pytest
 
-from raygpu.errors import ConflictError, PermanentError
-from raygpu.gang.guard import GUARD_EVERY_S, Guard
+from raygpu.errors import ConflictError, PermanentError, RayGpuError
+from raygpu.gang.guard import GUARD_EVERY_S, STEP_DOWN_S, Guard
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_BLOCKER,
                                  LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER)
+from raygpu.model.guard import LEASE_DURATION_S, guard_tag
 from raygpu.model.views import K8sPodView
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.fake_kube import FakeKube
 
 S = ReservationState
 GPU = "nvidia.com/gpu"
-LEASE = ("Lease", "default", "raygpu-guard-default")
+LEASE = ("Lease", "raygpu-system", "raygpu-guard-default")
 
 
 class Clock:
@@ -82,8 +83,9 @@ class World:
         self.guard.step(state)
 
     def blockers(self) -> dict[str, dict]:
+        """Blocker pods in the guard namespace, anyone's but the ones a test put there itself."""
         return {k[2]: o for k, o in self.kube.objects.items() if k[0] == "Pod" and LABEL_BLOCKER in
-                o["metadata"].get("labels", {})}
+                o["metadata"].get("labels", {}) and not k[2].startswith("other-ns-")}
 
     def bind_gang(self) -> None:
         """The scheduler binds the gang's pods where the swap pinned them."""
@@ -132,7 +134,8 @@ def test_unguarded_reservations_are_unchanged():
 def test_the_first_in_line_takes_the_lease_and_binds_a_blocker_to_each_of_the_freest_nodes():
     world = World()
     world.step()
-    tag = world.rsv.plan.gang_name
+    tag = world.guard.tag
+    assert tag == guard_tag("default", world.rsv.plan.gang_name)
     assert world.lease()["spec"]["holderIdentity"] == tag
     bl = world.blockers()
     assert sorted(b["spec"]["nodeName"] for b in bl.values()) == ["n2", "n3"]  # n1 has only 2 GPUs free
@@ -146,22 +149,50 @@ def test_the_first_in_line_takes_the_lease_and_binds_a_blocker_to_each_of_the_fr
                             {"key": LABEL_GUARD_PASS, "operator": "NotIn", "values": [tag]}]},
                         "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}
         assert b["metadata"]["labels"][LABEL_GUARD_FOR] == tag  # its own anti-affinity never matches itself
-        owner = b["metadata"]["ownerReferences"][0]
-        assert owner["uid"] == world.rsv.state_uid and owner["kind"] == "ConfigMap"
+        assert b["metadata"]["namespace"] == "raygpu-system" and b["metadata"]["labels"][KEY_GUARD_SCOPE] == "default"
+        owner = b["metadata"]["ownerReferences"][0]  # its gang's ticket: it goes when the ticket goes
+        assert owner["uid"] == world.guard.ticket_uid and owner["kind"] == "Lease" and owner["name"] == world.guard.ticket
     assert [e.reason for e in world.kube.events] == ["GuardHeld"]
     world.step()  # t3 still holds 2 GPUs of n3: no room for the gang yet, nothing created twice
     assert world.pod_patches() == [] and len(world.blockers()) == 2
     assert ("Pod", "default", "t1") in world.kube.objects and ("Pod", "default", "t3") in world.kube.objects  # running pods untouched
 
 
+def ticket(name_tag: str, created: str, renew: str = "r1", scope: str = "default", **labels) -> dict:
+    """A ticket Lease in the guard namespace, as another gang's driver writes it."""
+    return {"metadata": {"name": f"raygpu-guard-{scope}.{name_tag}", "namespace": "raygpu-system", "uid": f"uid-{name_tag}",
+                         "resourceVersion": "1", "creationTimestamp": created,
+                         "labels": {"raygpu.io/guard-ticket": scope, KEY_GUARD_SCOPE: scope, **labels}},
+            "spec": {"holderIdentity": name_tag, "leaseDurationSeconds": 30, "renewTime": renew}}
+
+
 def test_an_older_waiting_gang_keeps_the_scope_and_nothing_is_placed():
     world = World()
-    world.kube.objects[("ConfigMap", "default", "older")] = {"metadata": {
-        "name": "older", "creationTimestamp": "2000-01-01T00:00:00Z", "labels": {KEY_GUARD_SCOPE: "default"},
-        "annotations": {"raygpu.io/reservation-state": "reserved"}}}
-    world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
+    # (the fake API server writes no creationTimestamp: ours counts as 1970)
+    world.kube.objects[("Lease", "raygpu-system", "raygpu-guard-default.older")] = ticket("older", "1960-01-01T00:00:00Z")
     world.step()
     assert world.lease() is None and not world.blockers()
+    assert world.kube.objects[("Lease", "raygpu-system", world.guard.ticket)]["spec"]["holderIdentity"] == world.guard.tag
+
+
+def test_only_proven_reservations_queue_a_lookalike_never_goes_first_in_line():
+    world = World()
+    # a ConfigMap that carries the scope label and says "planned", older than every gang: not a ticket, never read
+    world.kube.objects[("ConfigMap", "default", "lookalike")] = {"metadata": {
+        "name": "lookalike", "namespace": "default", "creationTimestamp": "2000-01-01T00:00:00Z",
+        "labels": {KEY_GUARD_SCOPE: "default", LABEL_RESERVATION: "rg-x"},
+        "annotations": {"raygpu.io/reservation-state": "planned"}}}
+    # Leases in the guard namespace that are not proven tickets: no ticket label, a name that is not
+    # <scope lease>.<holder>, another scope's label
+    bad = [ticket("a", "2000-01-01T00:00:00Z"), ticket("b", "2000-01-01T00:00:00Z"),
+           ticket("c", "2000-01-01T00:00:00Z")]
+    del bad[0]["metadata"]["labels"]["raygpu.io/guard-ticket"]
+    bad[1]["metadata"]["name"] = "raygpu-guard-default.not-b"
+    bad[2]["metadata"]["labels"][KEY_GUARD_SCOPE] = "other"
+    for b in bad:
+        world.kube.objects[("Lease", "raygpu-system", b["metadata"]["name"])] = b
+    world.step()
+    assert world.lease()["spec"]["holderIdentity"] == world.guard.tag and len(world.blockers()) == 2
 
 
 def test_a_lease_written_by_someone_else_between_read_and_write_is_never_overwritten():
@@ -189,7 +220,7 @@ def test_room_on_every_blocked_node_swaps_the_labelled_pinned_gang_in_then_only_
     pins = {p[2]: p[4]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"][0]["matchFields"][0]["values"][0] for p in patches if "affinity" in p[4]["spec"]}
     assert sorted(pins.values()) == ["n2", "n3"]
-    assert all(p[4]["metadata"]["labels"] == {LABEL_GUARD_FOR: world.rsv.plan.gang_name}
+    assert all(p[4]["metadata"]["labels"] == {LABEL_GUARD_FOR: world.guard.tag}
                for p in patches if "affinity" in p[4]["spec"])
     assert [p[2] for p in patches if p[4]["spec"] == {"schedulingGates": None}] == [f"{world.group}-0", f"{world.group}-1"]
     world.step()  # ungated, not bound yet: the blockers stay
@@ -201,7 +232,8 @@ def test_room_on_every_blocked_node_swaps_the_labelled_pinned_gang_in_then_only_
         LABEL_BLOCKER: world.group}, "ownerReferences": [{"kind": "ConfigMap", "uid": "someone-else"}]}, "spec": {}}
     world.step(S.ADMITTED)
     assert ("Pod", "default", "not-mine") in world.kube.objects and ("Pod", "default", "t1") in world.kube.objects
-    assert {d[1] for d in world.deletes} == set(mine)  # nothing but our own blockers was ever deleted
+    assert {d[1] for d in world.deletes if d[0] == "Pod"} == set(mine)  # nothing but our own blockers was ever deleted
+    assert {d[1] for d in world.deletes if d[0] == "Lease"} == {world.guard.ticket}  # and our ticket, on release
     assert "holderIdentity" not in world.lease()["spec"]
     assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardReleased"]
 
@@ -235,10 +267,24 @@ def test_past_max_hold_the_blockers_go_the_lease_is_freed_and_the_gang_queues_be
     world.clock.tick(91)
     world.step()
     assert not world.blockers() and "holderIdentity" not in world.lease()["spec"]
-    assert {d[1] for d in world.deletes} and all(d[1].startswith(f"{world.rsv.plan.gang_name}-bl-") for d in world.deletes)
+    pods_deleted = [d[1] for d in world.deletes if d[0] == "Pod"]
+    assert pods_deleted and all(n.startswith(f"{world.guard.tag}-bl-") for n in pods_deleted)
     cm = world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]
     assert cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] == "1"
-    assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardTimedOut"] and world.guard.failed is None
+    assert [e.reason for e in world.kube.events] == ["GuardHeld", "GuardTimedOut"]
+
+
+def test_max_hold_bounds_the_total_time_a_gangs_nodes_are_blocked_it_never_holds_again_and_is_rolled_back():
+    world = World()  # max-hold 90 s, a lone gang that does not fit within it
+    world.step()
+    world.clock.tick(91)
+    world.step()  # its one hold ran out: the whole of max-hold is spent
+    assert world.guard.failed and "max-hold" in world.guard.failed  # the watchdog rolls the gang back
+    created = len([c for c in world.kube.calls if c[0] == "create" and c[1][0].get("kind") == "Pod"])
+    for _ in range(5):  # still waiting (the watchdog has not finished it yet): it never takes the scope again
+        world.step()
+    assert not world.blockers() and "holderIdentity" not in world.lease()["spec"]
+    assert len([c for c in world.kube.calls if c[0] == "create" and c[1][0].get("kind") == "Pod"]) == created
 
 
 def test_swapped_in_but_not_bound_by_max_hold_rolls_the_gang_back():
@@ -273,3 +319,102 @@ def test_after_choosing_its_nodes_a_step_reads_only_those_nodes_and_the_pods_bou
     del world.kube.objects[("Pod", "default", "t3")]  # and what it reads is enough to see room and swap
     world.step()
     assert world.pod_patches()
+
+
+def test_a_misspelt_guard_key_gets_an_invalid_annotation_event():
+    world = World(annotations={"raygpu.io/max-hold": "90s", "raygpu.io/gaurd-scope": "pool"})
+    assert [(e.reason, e.type) for e in world.kube.events] == [("InvalidAnnotation", "Warning")]
+    assert "raygpu.io/gaurd-scope" in world.kube.events[0].message
+
+
+def test_a_timeout_count_that_is_not_a_whole_number_times_out_without_raising():
+    world = World()
+    cm = world.kube.objects[("ConfigMap", "default", world.rsv.plan.gang_name)]
+    cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] = "1.0"
+    world.step()
+    world.clock.tick(91)
+    world.step()  # times out: counts 1.0 + 1
+    assert cm["metadata"]["annotations"][ANNOTATION_GUARD_TIMEOUTS] == "2"
+    assert "holderIdentity" not in world.lease()["spec"] and not world.blockers()
+
+
+def test_two_namespaces_of_one_scope_share_one_lease_and_never_both_block():
+    world = World(annotations={"raygpu.io/max-hold": "90s", "raygpu.io/guard-scope": "gpu-pool"})
+    g1 = world.guard
+    plan_b = g1.plan.model_copy(update={"namespace": "team-b"})  # the same gang name, in another namespace
+    g2 = Guard(world.kube, plan_b, g1.policy, state_uid="uid-b", cluster_uid="uid-cb", template_spec=g1.template_spec,
+               clock=world.clock)
+    assert g1.tag != g2.tag and g1.lease_name == g2.lease_name == "raygpu-guard-gpu-pool"
+    for _ in range(10):
+        world.step()
+        g2.step(S.RESERVED)
+        tags = {b["metadata"]["labels"][LABEL_BLOCKER] for b in world.blockers().values()}
+        assert len(tags) <= 1, f"two gangs block at once: {tags}"
+    leases = [k for k in world.kube.objects if k[0] == "Lease" and not k[2].startswith("raygpu-guard-gpu-pool.")]
+    assert leases == [("Lease", "raygpu-system", "raygpu-guard-gpu-pool")]  # one Lease for the scope, whatever the namespace
+    lease = world.kube.objects[("Lease", "raygpu-system", "raygpu-guard-gpu-pool")]
+    assert lease["spec"]["holderIdentity"] in (g1.tag, g2.tag)
+    assert len(world.blockers()) == 2
+
+
+def test_a_holder_that_cannot_renew_stops_blocking_before_its_lease_can_be_taken():
+    world = World()
+    world.step()
+    assert len(world.blockers()) == 2
+    renewed_at = world.clock.now_s
+    world.kube.fail("merge_patch", RayGpuError("API server unreachable"), times=1000, when=lambda *a: a[1] == "Lease")
+    while world.clock.now_s - renewed_at < LEASE_DURATION_S - GUARD_EVERY_S:
+        world.clock.tick()
+        try:
+            world.guard.step(S.RESERVED)
+        except RayGpuError:
+            pass  # the renewal failed; the watchdog retries next step
+        if world.clock.now_s - renewed_at > STEP_DOWN_S + GUARD_EVERY_S:
+            break
+    assert not world.blockers(), "blockers still stand although the Lease could not be renewed"
+    assert world.clock.now_s - renewed_at < LEASE_DURATION_S  # before any other gang may take the Lease
+    assert "GuardLost" in [e.reason for e in world.kube.events]
+
+
+def test_a_killed_holders_blockers_and_ticket_are_removed_by_the_next_holder_within_the_lease_duration_and_a_step():
+    world = World()
+    dead = "other-ns-c-rg-dead"
+    world.kube.objects[("Lease", "raygpu-system", f"raygpu-guard-default.{dead}")] = ticket(dead, "1960-01-01T00:00:00Z")
+    world.kube.objects[LEASE] = {"metadata": {"name": LEASE[2], "namespace": "raygpu-system", "resourceVersion": "5"},
+                                 "spec": {"holderIdentity": dead, "leaseDurationSeconds": 30, "renewTime": "x"}}
+    for i, n in enumerate(("n1", "n2")):  # the dead holder's blockers, owned by its ticket
+        world.kube.objects[("Pod", "raygpu-system", f"{dead}-bl-{i}")] = {"metadata": {
+            "name": f"{dead}-bl-{i}", "namespace": "raygpu-system", "uid": f"uid-dead-bl-{i}",
+            "labels": {LABEL_BLOCKER: dead, LABEL_GUARD_FOR: dead, KEY_GUARD_SCOPE: "default"},
+            "ownerReferences": [{"kind": "Lease", "uid": f"uid-{dead}"}]}, "spec": {"nodeName": n}}
+    world.kube.objects[("Pod", "raygpu-system", "not-a-blocker")] = {"metadata": {   # never touched
+        "name": "not-a-blocker", "namespace": "raygpu-system", "labels": {KEY_GUARD_SCOPE: "default"}}, "spec": {}}
+    t0 = world.clock.now_s
+    world.step()
+    assert world.lease()["spec"]["holderIdentity"] == dead and world.guard.held_since is None
+    while world.lease()["spec"]["holderIdentity"] == dead:
+        assert world.clock.now_s - t0 <= LEASE_DURATION_S + GUARD_EVERY_S, "not taken over in time"
+        world.step()
+    assert world.clock.now_s - t0 <= LEASE_DURATION_S + 2 * GUARD_EVERY_S
+    assert world.lease()["spec"]["holderIdentity"] == world.guard.tag
+    left = {k[2] for k in world.kube.objects if k[0] == "Pod" and k[1] == "raygpu-system"}
+    assert not any(n.startswith(dead) for n in left) and "not-a-blocker" in left
+    assert ("Lease", "raygpu-system", f"raygpu-guard-default.{dead}") not in world.kube.objects
+    assert {("Pod", f"{dead}-bl-0", "uid-dead-bl-0"), ("Pod", f"{dead}-bl-1", "uid-dead-bl-1")} <= set(world.deletes)
+    assert len(world.blockers()) == 2  # and it blocks its own nodes
+
+
+def test_a_live_gangs_blockers_are_waited_for_not_deleted():
+    world = World()
+    other = "other-ns-c-rg-live"
+    world.kube.objects[("Lease", "raygpu-system", f"raygpu-guard-default.{other}")] = ticket(other, "2100-01-01T00:00:00Z")
+    world.kube.objects[("Pod", "raygpu-system", f"{other}-bl-0")] = {"metadata": {
+        "name": f"{other}-bl-0", "namespace": "raygpu-system", "uid": "uid-live-bl",
+        "labels": {LABEL_BLOCKER: other, KEY_GUARD_SCOPE: "default"},
+        "ownerReferences": [{"kind": "Lease", "uid": f"uid-{other}"}]}, "spec": {"nodeName": "n1"}}
+    world.step()  # we are first in line and take the Lease, but a live gang's blocker still stands
+    assert world.lease()["spec"]["holderIdentity"] == world.guard.tag and not world.blockers()
+    assert ("Pod", "raygpu-system", f"{other}-bl-0") in world.kube.objects
+    del world.kube.objects[("Pod", "raygpu-system", f"{other}-bl-0")]  # its gang removed it
+    world.step()
+    assert len(world.blockers()) == 2

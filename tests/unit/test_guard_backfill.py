@@ -123,7 +123,7 @@ def test_a_conflict_on_the_lease_is_never_overwritten_and_the_start_is_published
 def test_a_short_hint_gets_the_pass_on_its_own_pending_pods_and_a_long_one_does_not():
     w, wall = hinted_world(t3_ads=200)  # the hold starts at WALL + 100
     w.step()
-    tag = w.rsv.plan.gang_name
+    tag = w.guard.tag
     short, short_pod = backfiller(w, wall, "short", hint=100 - BACKFILL_MARGIN_S)  # ends a margin before: in
     long, long_pod = backfiller(w, wall, "long", hint=100 - BACKFILL_MARGIN_S + 1)  # one second too long: out
     bound, bound_pod = backfiller(w, wall, "bound", hint=1, bound=True)  # already bound: never relabelled
@@ -151,7 +151,7 @@ def test_a_driver_clock_behind_the_kubelets_is_covered_by_the_margin():
     assert pass_of(w, pod) is None  # 96 + 30 > 100 + 25: refused, although it would truly end before the start
     bf2, pod2 = backfiller(w, wall, "skewed2", hint=95)  # truly ends at WALL + 95, before the start
     bf2.step(S.RESERVED)
-    assert pass_of(w, pod2) == w.rsv.plan.gang_name
+    assert pass_of(w, pod2) == w.guard.tag
 
 
 def test_before_its_swap_the_holder_revokes_passes_still_pending_then_swaps():
@@ -159,7 +159,7 @@ def test_before_its_swap_the_holder_revokes_passes_still_pending_then_swaps():
     w.step()
     bf, pod = backfiller(w, wall, "late", hint=10)
     bf.step(S.RESERVED)
-    assert pass_of(w, pod) == w.rsv.plan.gang_name
+    assert pass_of(w, pod) == w.guard.tag
     del w.kube.objects[("Pod", "default", "t3")]  # t3 ends early: room on every held node now
     w.step()
     assert pass_of(w, pod) is None and not w.guard.swapped  # revoked first; no gang pod patched yet

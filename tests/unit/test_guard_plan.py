@@ -87,3 +87,82 @@ def test_guard_annotations_never_raise_and_fall_back_to_defaults():
     assert sorted(p.key for p in problems) == ["raygpu.io/guard", "raygpu.io/max-hold"]
     assert parse_guard_policy(None)[0].lease_name("team-a") == "raygpu-guard-team-a"
     assert isinstance(HoldUnit(name="x", node="n"), HoldUnit)
+
+
+def test_guard_keys_are_cluster_policy_keys_a_misspelt_one_is_a_problem_and_max_hold_is_bounded():
+    from raygpu.model.annotations import parse_cluster_policy
+    policy, problems = parse_cluster_policy({"raygpu.io/gaurd": "on", "raygpu.io/max-hld": "90s",
+                                             "raygpu.io/guard-scop": "pool"})
+    assert sorted(p.key for p in problems) == ["raygpu.io/gaurd", "raygpu.io/guard-scop", "raygpu.io/max-hld"]
+    assert not policy.guard.enabled and policy.guard.max_hold_s == 900.0 and policy.guard.scope is None
+    policy, problems = parse_cluster_policy({"raygpu.io/guard": "on", "raygpu.io/max-hold": "2m",
+                                             "raygpu.io/guard-scope": "pool"})
+    assert (policy.guard.enabled, policy.guard.max_hold_s, policy.guard.scope, problems) == (True, 120.0, "pool", [])
+    for bad in ("1ms", "29s", "100000h", "6h1s"):  # 30 s .. 6 h
+        policy, problems = parse_cluster_policy({"raygpu.io/max-hold": bad})
+        assert policy.guard.max_hold_s == 900.0 and [p.key for p in problems] == ["raygpu.io/max-hold"], bad
+    for good, s in (("30s", 30.0), ("6h", 21600.0)):
+        assert parse_cluster_policy({"raygpu.io/max-hold": good})[0].guard.max_hold_s == s
+
+
+@pytest.mark.parametrize("raw,want", [("1.0", 1), ("2", 2), ("-4", 0), ("x", 0), ("1e30", 1000), ("nan", 0), ("inf", 0)])
+def test_a_state_objects_timeout_count_is_read_bounded_and_never_raises(raw, want):
+    cm = {"metadata": {"name": "g", "annotations": {"raygpu.io/guard-timeouts": raw}}}
+    assert WaitingGang.from_k8s(cm).timeouts == want
+
+
+def test_choosing_nodes_computes_each_nodes_fit_time_once_plus_once_per_pod_not_once_per_pod_and_node(monkeypatch):
+    import raygpu.plan.guard as plan_guard
+    from raygpu.model.views import K8sPodView
+    calls = []
+    real = plan_guard.fit_time_s
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(plan_guard, "fit_time_s", counted)
+    n_nodes, n_pods = 2000, 40
+    nodes = [NodeFree(name=f"n{i:05d}", free={GPU: float(i % 8), "cpu": 64.0}, allocatable={GPU: 8.0, "cpu": 64.0})
+             for i in range(n_nodes)]
+    pods = {n.name: [K8sPodView(name=f"p{n.name}", namespace="t", node_name=n.name, phase="Running",
+                                requests={GPU: 8.0 - n.free[GPU]})] for n in nodes}
+    chosen = choose_nodes({GPU: 8.0, "cpu": 1.0}, n_pods, nodes, GPU, pods, now_s=0.0)
+    assert chosen is not None and len(chosen) == n_pods and len(set(chosen)) == n_pods
+    assert len(calls) <= n_nodes + 2 * n_pods  # quadratic would be n_pods * n_nodes = 80,000
+    # the same choice as before: most GPUs free now (7 of 8), then the name
+    assert list(chosen) == sorted(n.name for n in nodes if n.free[GPU] == 7.0)[:n_pods]
+
+
+def test_a_ticket_unchanged_for_its_duration_is_gone_ours_never_and_only_gone_gangs_blockers_are_deleted():
+    from raygpu.model.guard import Ticket
+    from raygpu.plan.guard import blockers_to_clear, live_tickets
+    a, b, me = (Ticket(name=f"l.{t}", uid=f"u-{t}", tag=t) for t in ("a", "b", "me"))
+    live, gone = live_tickets([a, b, me], {"l.a": 31.0, "l.b": 30.0, "l.me": 999.0}, "me")
+    assert [t.tag for t in live] == ["b", "me"] and [t.tag for t in gone] == ["a"]
+    bl = [Blocker(name="x", node="n1", owner_uid="u-a"), Blocker(name="y", node="n2", owner_uid="u-b"),
+          Blocker(name="z", node="n3", owner_uid="u-me"), Blocker(name="w", node="n4", owner_uid="")]
+    delete, wait = blockers_to_clear(bl, {t.uid for t in live}, "u-me")
+    assert [x.name for x in delete] == ["x", "w"] and [x.name for x in wait] == ["y"]
+
+
+def test_only_a_proven_ticket_of_the_scope_is_read_as_a_gang_in_line():
+    from raygpu.model.guard import Ticket
+    good = {"metadata": {"name": "raygpu-guard-s.t1", "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"raygpu.io/guard-ticket": "s", "raygpu.io/guard-scope": "s"}},
+            "spec": {"holderIdentity": "t1", "renewTime": "r"}}
+    assert Ticket.from_k8s(good, "s", "raygpu-guard-s").tag == "t1"
+    import copy
+    for mutate in (lambda o: o["metadata"]["labels"].pop("raygpu.io/guard-ticket"),
+                   lambda o: o["metadata"]["labels"].update({"raygpu.io/guard-scope": "other"}),
+                   lambda o: o["metadata"].update(name="raygpu-guard-s.t2"),
+                   lambda o: o["spec"].pop("holderIdentity"),
+                   lambda o: o["metadata"].update(creationTimestamp="yesterday")):
+        bad = copy.deepcopy(good)
+        mutate(bad)
+        assert Ticket.from_k8s(bad, "s", "raygpu-guard-s") is None
+
+
+def test_the_sidecars_gauges_read_the_timeout_count_with_the_same_bounded_parser():
+    from raygpu.model.gc import ReservationRecord
+    cm = {"metadata": {"name": "g", "annotations": {"raygpu.io/guard-timeouts": "1.0"}}}
+    assert ReservationRecord.from_configmap(cm).guard_timeouts == 1
