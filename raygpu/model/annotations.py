@@ -18,7 +18,7 @@ from pydantic import Field
 from raygpu.model.base import Frozen
 from raygpu.model.gang import Backend
 from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, IDLE_TIMEOUT_AUTO, KEY_GANG_BACKEND,
-                                 KEY_GANG_SCALE_UP, KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT,
+                                 KEY_DOCTOR_INTERVAL, KEY_GANG_SCALE_UP, KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT,
                                  KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
                                  KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX)
 from raygpu.model.reclaim import ReclaimMode
@@ -35,6 +35,7 @@ DEFAULT_SCALE_UP_IN_FLIGHT = 4
 MAX_SCALE_UP_IN_FLIGHT = 64
 DEFAULT_SCALE_UP_TIMEOUT_S = 600.0
 MIN_SCALE_UP_TIMEOUT_S, MAX_SCALE_UP_TIMEOUT_S = 30.0, 86400.0  # shorter than pods take to start; a day: a typo
+MIN_DOCTOR_INTERVAL_S, MAX_DOCTOR_INTERVAL_S = 60.0, 86400.0  # a node list per cycle more often is load; a day: a typo
 _GROUP_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
@@ -62,6 +63,8 @@ class ClusterPolicy(Frozen):
     gang_scale_up: bool = False
     scale_up_in_flight: int = DEFAULT_SCALE_UP_IN_FLIGHT  # reservations not yet used, at most, per cluster
     scale_up_timeout_s: float = DEFAULT_SCALE_UP_TIMEOUT_S  # a reservation not used by then is rolled back
+    # raygpu.io/doctor-interval: the sidecar runs the doctor's checks this often (None: off, the default)
+    doctor_interval_s: float | None = None
 
     def idle_timeout_for(self, group_name: str) -> float:
         """Idle timeout of worker group ``group_name``: its override, else the cluster's."""
@@ -164,7 +167,8 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
         except (ValueError, TypeError) as exc:
             default = getattr(defaults, field)
             shown = (default.value if isinstance(default, Enum) else ("on" if default else "off")
-                     if isinstance(default, bool) else default)
+                     if isinstance(default, bool) else "off" if default is None and field == "doctor_interval_s"
+                     else default)
             problems.append(AnnotationProblem(key=key, value=str(raw), reason=str(exc), default_used=repr(shown)))
 
     take(KEY_GANG_BACKEND, "gang_backend", lambda v: _enum_value(Backend, v))
@@ -179,6 +183,7 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
     take(KEY_GANG_SCALE_UP, "gang_scale_up", _on_off)
     take(KEY_GANG_SCALE_UP_IN_FLIGHT, "scale_up_in_flight", _in_flight)
     take(KEY_GANG_SCALE_UP_TIMEOUT, "scale_up_timeout_s", _scale_up_timeout_s)
+    take(KEY_DOCTOR_INTERVAL, "doctor_interval_s", _doctor_interval_s)
 
     warm = _warm_settings(ann, problems)
     group_timeouts: dict[str, float] = {}
@@ -228,6 +233,14 @@ def _in_flight(raw: str) -> int:
 
 def _scale_up_timeout_s(raw: str) -> float:
     return _duration_between(raw, MIN_SCALE_UP_TIMEOUT_S, MAX_SCALE_UP_TIMEOUT_S, f"{MAX_SCALE_UP_TIMEOUT_S / 3600:g} h")
+
+
+def _doctor_interval_s(raw: str) -> float | None:
+    """``off`` (None) or a duration from 1 minute to 24 hours."""
+    if raw.strip().lower() == "off":
+        return None
+    return _duration_between(raw, MIN_DOCTOR_INTERVAL_S, MAX_DOCTOR_INTERVAL_S, f"{MAX_DOCTOR_INTERVAL_S / 3600:g} h",
+                             "a doctor interval ")
 
 
 def _is_auto(raw: object) -> bool:

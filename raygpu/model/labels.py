@@ -33,7 +33,8 @@ KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what 
 KEY_GANG_SCALE_UP = "raygpu.io/gang-scale-up"  # on | off (default off)
 KEY_GANG_SCALE_UP_IN_FLIGHT = "raygpu.io/gang-scale-up-in-flight"  # 1..64 (default 4): reservations not yet used
 KEY_GANG_SCALE_UP_TIMEOUT = "raygpu.io/gang-scale-up-timeout"  # 30s..24h (default 10m): used by then or rolled back
-POLICY_KEYS = (KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
+KEY_DOCTOR_INTERVAL = "raygpu.io/doctor-interval"  # off (default) | 1m..24h: the sidecar runs the doctor's checks
+POLICY_KEYS = (KEY_DOCTOR_INTERVAL, KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
                KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_GANG_SCALE_UP,
                KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT)
 
