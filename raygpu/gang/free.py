@@ -50,7 +50,7 @@ def free_now(kube: KubeAdapter, view: RayClusterView, progress: Callable[[str], 
     except RayGpuError as e:
         progress(f"free capacity not read ({e}): pod shapes by waste, then the smallest pods")
         return None, ()
-    sick = unhealthy_node_names(nodes)
+    sick = unhealthy_node_names(nodes, view)
     if sick:
         progress(f"nodes marked unhealthy, kept out of the reservation: {', '.join(sick)}")
     return free_by_template(view, nodes, pods), sick

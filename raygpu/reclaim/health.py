@@ -29,6 +29,7 @@ from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sPodView, K8sView, RayView, Snapshot
 from raygpu.plan.common.health import unhealthy_nodes
 from raygpu.plan.doctor.reconcile import reconcile
+from raygpu.plan.gang.free import unhealthy_node_names
 from raygpu.reclaim.metrics import SidecarMetrics
 
 log = logging.getLogger("raygpu.sidecar")
@@ -44,6 +45,7 @@ class HealthWatch:
                  event: Callable[..., bool], ids: Callable[[dict], dict]) -> None:
         self.kube, self.metrics, self._event, self._ids = kube, metrics, event, ids
         self.unhealthy: dict[str, str] = {}  # node -> why, as of the last health cycle
+        self.keep_off: tuple[str, ...] = ()  # of those, the nodes a pod of this cluster's groups may use
         self.last_report: DoctorReport | None = None
         self._last_run_s: float | None = None
         self._told: set[tuple[str, str]] = set()  # (kind, subject) of the findings already told by an Event
@@ -53,7 +55,7 @@ class HealthWatch:
         interval = policy.doctor_interval_s
         if interval is None:
             if self.unhealthy or self._last_run_s is not None:  # turned off: forget, steer around nothing
-                self.unhealthy, self._last_run_s, self._told = {}, None, set()
+                self.unhealthy, self.keep_off, self._last_run_s, self._told = {}, (), None, set()
             return False
         return self._last_run_s is None or now_s - self._last_run_s >= interval
 
@@ -80,6 +82,7 @@ class HealthWatch:
         findings = [f for f in report.findings if f.node is None or f.node in mine]
         self.last_report = report
         self.unhealthy = {n: "; ".join(why) for n, why in unhealthy_nodes(snapshot).items()}
+        self.keep_off = unhealthy_node_names(nodes, cluster)
         counts: dict[tuple[str, str], int] = {}
         for f in findings:
             key = (f.kind.value, f.severity.value)

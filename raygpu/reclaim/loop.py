@@ -177,7 +177,7 @@ class Reclaimer:
         if self.health.unhealthy:
             state = state.model_copy(update={"policy": state.policy.model_copy(
                 update={"unhealthy_nodes": dict(self.health.unhealthy)})})
-        self._scale_up.unhealthy_nodes = tuple(sorted(self.health.unhealthy))
+        self._scale_up.unhealthy_nodes = self.health.keep_off
         if mode is not ReclaimMode.OFF:
             state = self._warm.apply(state, cp)  # keep-warm
         # 4. Plan, purely: gang scale-up (its re-targets are what the GC judges), reservations to release, then

@@ -35,7 +35,11 @@ def test_an_unhealthy_node_is_credited_no_free_capacity():
     view = cluster("c").worker("gpu", gpus=8).obj()
     nodes = [node_view(raw_node("good")), node_view(raw_node("bad", [XID])),
              node_view(raw_node("fine", [{**XID, "status": "False"}]))]  # the condition cleared: healthy again
-    assert unhealthy_node_names(nodes) == ("bad",)
+    assert unhealthy_node_names(nodes) == unhealthy_node_names(nodes, view) == ("bad",)
+    pooled = cluster("c").worker("gpu", gpus=8).raw()
+    pooled["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"] = {"pool": "mine"}
+    from raygpu.model.raycluster import RayClusterView as _V
+    assert unhealthy_node_names(nodes, _V.from_k8s(pooled)) == ()  # a node its pods may not use needs no keeping off
     free = free_by_template(view, nodes, [K8sPodView(name="x", namespace="o", node_name="good", phase="Running")])
     assert [f.name for f in free["gpu"]] == ["good", "fine"]
 

@@ -32,7 +32,8 @@ def test_doctor_interval_annotation(raw, seconds, problem):
 
 
 def raw_node(name: str, gpus: int = 8, conditions=()) -> dict:
-    return {"metadata": {"name": name, "labels": {}}, "spec": {},
+    pool = "elsewhere" if name == "other" else "record-none"  # the recorded groups' nodeSelector
+    return {"metadata": {"name": name, "labels": {"raygpu.io/pool": pool}}, "spec": {},
             "status": {"capacity": {"nvidia.com/gpu": str(gpus), "cpu": "96"},
                        "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"},
                        "conditions": [{"type": "Ready", "status": "True"}, *conditions]}}
@@ -65,6 +66,8 @@ def test_a_marked_node_gives_the_gauge_one_event_and_goes_first_in_the_plan():
     assert len(told) == 1 and told[0].type == "Warning" and "node/k2" in told[0].message
     assert "GpuXidError=True (Xid79: GPU 3 fell off the bus)" in told[0].message and "Fix:" in told[0].message
     assert r.health.unhealthy.keys() == {"k2", "other"}  # the planners steer around both
+    # reservations keep off the marked node their pods could use; "other" is in a pool they cannot use
+    assert r.health.keep_off == ("k2",) and r._scale_up.unhealthy_nodes == ("k2",)
     d = {x.pod_name: x for x in report.plan.decisions}
     assert d["rc-gpu-worker-b"].action is DecisionAction.DELETE and "marked unhealthy" in d["rc-gpu-worker-b"].detail
     assert "marked unhealthy" not in d["rc-gpu-worker-a"].detail

@@ -63,6 +63,11 @@ def free_by_template(cluster: RayClusterView, nodes: Sequence[K8sNodeView],
     return out
 
 
-def unhealthy_node_names(nodes: Sequence[K8sNodeView]) -> tuple[str, ...]:
-    """The names of the nodes a GPU health agent marked unhealthy (a condition, taint or label), sorted."""
-    return tuple(sorted(n.name for n in nodes if node_health_signals(n)))
+def unhealthy_node_names(nodes: Sequence[K8sNodeView], cluster: RayClusterView | None = None) -> tuple[str, ...]:
+    """The names of the nodes a GPU health agent marked unhealthy (a condition, taint or label), sorted; with
+    ``cluster``, only those a pod of one of its worker groups may use (the others need no keeping off)."""
+    sick = [n for n in nodes if node_health_signals(n)]
+    if cluster is not None:
+        specs = [(g.template or {}).get("spec") or {} for g in cluster.worker_groups]
+        sick = [n for n in sick if any(may_use(n, spec) for spec in specs)]
+    return tuple(sorted(n.name for n in sick))
