@@ -10,7 +10,7 @@ from typing import Any
 
 from raygpu.model.base import timestamp_s
 from raygpu.model.raycluster import MAX_NUM_GPUS, ParseProblem, param_number, resource_map
-from raygpu.model.views import DeviceHealthView, K8sNodeView, K8sPodView, Taint, Toleration
+from raygpu.model.views import DeviceHealthView, K8sNodeView, K8sPodView, NodeCondition, Taint, Toleration
 
 
 def _sum_resources(containers: list[dict[str, Any]], key: str, obj: str,
@@ -93,4 +93,8 @@ def node_view(n: dict[str, Any]) -> K8sNodeView:
         allocatable=resource_map(st.get("allocatable"), obj, "allocatable", problems),
         taints=tuple(Taint(key=t["key"], value=t.get("value"), effect=t["effect"]) for t in spec.get("taints") or []),
         ready=conds.get("Ready") == "True", unschedulable=bool(spec.get("unschedulable")),
-        problems=tuple(problems))
+        problems=tuple(problems),
+        conditions=tuple(NodeCondition(type=str(c["type"]), reason=str(c.get("reason") or ""),
+                                       message=str(c.get("message") or ""))
+                         for c in st.get("conditions") or []
+                         if c.get("status") == "True" and c.get("type") not in (None, "Ready")))

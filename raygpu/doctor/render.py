@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from raygpu.model.findings import DoctorReport, Finding, NodeRow, StrandedReport
+from raygpu.model.findings import BlastRadius, DoctorReport, Finding, NodeRow, StrandedReport
 
 _HEADER = ("NODE", "PRODUCT", "RAY", "POD", "KUBELET alloc/cap", "NVML", "FINDINGS")
 _VERDICT = {0: "healthy", 1: "findings", 2: "cannot reach the cluster"}
@@ -76,6 +76,27 @@ def render_stranded(s: StrandedReport) -> str:
     return "\n".join(lines)
 
 
+def render_blast(b: BlastRadius) -> str:
+    """What sits on one unhealthy GPU or node: Ray nodes, placement groups with their jobs, reservations."""
+    where = f" (node {b.node})" if b.node and not b.subject.startswith("node/") else ""
+    lines = [f"  {b.subject}{where}: {', '.join(k.value for k in b.kinds)}"]
+    if not b.ray_nodes:
+        lines.append("    no live Ray node on it")
+        return "\n".join(lines)
+    lines.append(f"    Ray nodes: {', '.join(n[:12] for n in b.ray_nodes)}" + (f" (pods {', '.join(b.pods)})" if b.pods else ""))
+    for pg in b.placement_groups:
+        name = f" {pg.name}" if pg.name else ""
+        lines.append(f"    placement group {pg.pg_id}{name} ({pg.state}, {pg.bundles_there} bundle(s) here)"
+                     + (f", job {pg.job_id}" if pg.job_id else ""))
+    if not b.placement_groups:
+        lines.append("    no placement group has a bundle here")
+    if b.jobs:
+        lines.append(f"    Ray jobs: {', '.join(b.jobs)}")
+    if b.reservations:
+        lines.append(f"    gang reservations: {', '.join(b.reservations)}")
+    return "\n".join(lines)
+
+
 def render_text(report: DoctorReport) -> str:
     """The whole report as ``raygpu doctor`` prints it (ends with a newline)."""
     scope = "/".join(x for x in (report.namespace, report.cluster) if x) or "all clusters"
@@ -94,6 +115,10 @@ def render_text(report: DoctorReport) -> str:
             out.append("No finding in the checks that could run.")
         else:
             out.append("No finding: Ray, pods, kubelet and NVML agree.")
+        if report.blast_radius:
+            out.append("")
+            out.append(f"Blast radius ({len(report.blast_radius)} unhealthy GPU(s) or node(s)):")
+            out += [render_blast(b) for b in report.blast_radius]
         out.append("")
         out.append(render_stranded(report.stranded))
     out.append("")

@@ -17,7 +17,7 @@ from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import RayGpuError
 from raygpu.model.gang import NodeFree
 from raygpu.model.raycluster import RayClusterView
-from raygpu.plan.gang.free import free_by_template
+from raygpu.plan.gang.free import free_by_template, unhealthy_node_names
 
 BOUND_AND_RUNNING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
@@ -34,18 +34,23 @@ def can_i(kube: KubeAdapter, verb: str, resource: str, group: str = "", namespac
         return False
 
 
-def free_now(kube: KubeAdapter, view: RayClusterView,
-             progress: Callable[[str], None]) -> dict[str, tuple[NodeFree, ...]] | None:
-    """Worker group name -> free capacity of the nodes its pods may use; None when not known (no permission
-    to list Nodes and Pods cluster-wide, or a read failed), said once through ``progress``."""
+def free_now(kube: KubeAdapter, view: RayClusterView, progress: Callable[[str], None]
+             ) -> tuple[dict[str, tuple[NodeFree, ...]] | None, tuple[str, ...]]:
+    """Worker group name -> free capacity of the nodes its pods may use, and the nodes a GPU health agent marked
+    unhealthy (none of their capacity is credited; the reservation keeps its pods off them). ``(None, ())``
+    when not known (no permission to list Nodes and Pods cluster-wide, or a read failed), said once through
+    ``progress``."""
     if not (can_i(kube, "list", "nodes") and can_i(kube, "list", "pods")):
         progress("free capacity not read (this identity may not list nodes and pods cluster-wide): "
                  "pod shapes by waste, then the smallest pods")
-        return None
+        return None, ()
     try:
         nodes = parse_each(kube.list("v1", "Node"), node_view, "Node")
         pods = parse_each(kube.list("v1", "Pod", field_selector=BOUND_AND_RUNNING), pod_view, "Pod")
     except RayGpuError as e:
         progress(f"free capacity not read ({e}): pod shapes by waste, then the smallest pods")
-        return None
-    return free_by_template(view, nodes, pods)
+        return None, ()
+    sick = unhealthy_node_names(nodes, view)
+    if sick:
+        progress(f"nodes marked unhealthy, kept out of the reservation: {', '.join(sick)}")
+    return free_by_template(view, nodes, pods), sick

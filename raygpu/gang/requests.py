@@ -42,7 +42,7 @@ def plan_placement_group(bundles: list[dict[str, float]], strategy: str | None =
                        topology_strategy=topology_strategy, scheduler_name=scheduler_name)
     kube = KubeAdapter(kubeconfig, first_contact_timeout_s=request_timeout_s)
     view = kube.get_raycluster(namespace, cluster)
-    return plan_gang(req, view, free=free_now(kube, view, lambda _: None))  # the plan reserve() would make
+    return plan_gang(req, view, free=free_now(kube, view, lambda _: None)[0])  # the plan reserve() would make
 
 
 def load_plan(cm: dict) -> GangPlan:

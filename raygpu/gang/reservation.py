@@ -304,7 +304,8 @@ def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
             _invalid_annotation(kube, view, pr, progress)  # this gang's pods go to the default scheduler name
         else:
             progress(f"annotation {pr.key}={pr.value!r} ignored ({pr.reason}); using {pr.default_used}")
-    free = free_now(kube, view, progress)  # what each template's pods could bind now (None: not known)
+    # what each template's pods could bind now (None: not known), and the nodes marked unhealthy (kept out)
+    free, unhealthy = free_now(kube, view, progress)
     guard_policy = _guard_policy(kube, view, policy, problems)
     blocker_class = (kube.get("scheduling.k8s.io/v1", "PriorityClass", PRIORITY_CLASS_BLOCKER) is not None
                      if is_guarded(request, guard_policy) and backend is Backend.NONE else None)
@@ -313,7 +314,7 @@ def observe_reserve(kube: KubeAdapter, request: GangRequest, now_s: float,
                           else None)  # a server without the Workload API: PermanentError naming it
     return ReserveSnapshot(request=request, cluster=view, policy=policy, free=free, guard_policy=guard_policy,
                            backend=builder, now_s=now_s, request_id=uuid.uuid4().hex, blocker_class=blocker_class,
-                           may_backfill=may_backfill)
+                           may_backfill=may_backfill, unhealthy_nodes=unhealthy)
 
 
 def act_reserve(kube: KubeAdapter, snap: ReserveSnapshot, plan: ReservePlan,

@@ -18,7 +18,7 @@ from pydantic import Field
 from raygpu.model.base import Frozen
 from raygpu.model.gang import DEFAULT_GANG_SCHEDULER_NAME, Backend, parse_scheduler_name
 from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, GUARD_KEYS, GUARD_LEASE_PREFIX, IDLE_TIMEOUT_AUTO,
-                                 KEY_GANG_BACKEND, KEY_GANG_SCHEDULER_NAME, KEY_GUARD, KEY_GUARD_SCOPE, KEY_MAX_HOLD,
+                                 KEY_DOCTOR_INTERVAL, KEY_GANG_BACKEND, KEY_GANG_SCHEDULER_NAME, KEY_GUARD, KEY_GUARD_SCOPE, KEY_MAX_HOLD,
                                  KEY_GANG_SCALE_UP, KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT,
                                  KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
                                  KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX, dns_label)
@@ -39,6 +39,7 @@ MIN_SCALE_UP_TIMEOUT_S, MAX_SCALE_UP_TIMEOUT_S = 30.0, 86400.0  # shorter than p
 DEFAULT_MAX_HOLD_S = 900.0  # raygpu.io/max-hold default: 15 minutes
 MIN_MAX_HOLD_S, MAX_MAX_HOLD_S = 30.0, 6 * 3600.0  # shorter than pods take to bind; longer starves a pool for hours
 _ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0", "")
+MIN_DOCTOR_INTERVAL_S, MAX_DOCTOR_INTERVAL_S = 60.0, 86400.0  # a node list per cycle more often is load; a day: a typo
 _GROUP_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
@@ -84,6 +85,8 @@ class ClusterPolicy(Frozen):
     scale_up_in_flight: int = DEFAULT_SCALE_UP_IN_FLIGHT  # reservations not yet used, at most, per cluster
     scale_up_timeout_s: float = DEFAULT_SCALE_UP_TIMEOUT_S  # a reservation not used by then is rolled back
     guard: GuardPolicy = Field(default_factory=GuardPolicy)  # the starvation guard's keys (docs/guard.md)
+    # raygpu.io/doctor-interval: the sidecar runs the doctor's checks this often (None: off, the default)
+    doctor_interval_s: float | None = None
 
     def idle_timeout_for(self, group_name: str) -> float:
         """Idle timeout of worker group ``group_name``: its override, else the cluster's."""
@@ -186,7 +189,8 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
         except (ValueError, TypeError) as exc:
             default = getattr(defaults, field)
             shown = (default.value if isinstance(default, Enum) else ("on" if default else "off")
-                     if isinstance(default, bool) else default)
+                     if isinstance(default, bool) else "off" if default is None and field == "doctor_interval_s"
+                     else default)
             problems.append(AnnotationProblem(key=key, value=str(raw), reason=str(exc), default_used=repr(shown)))
 
     take(KEY_GANG_BACKEND, "gang_backend", lambda v: _enum_value(Backend, v))
@@ -202,6 +206,7 @@ def parse_cluster_policy(annotations: dict[str, str] | None) -> tuple[ClusterPol
     take(KEY_GANG_SCALE_UP, "gang_scale_up", _on_off)
     take(KEY_GANG_SCALE_UP_IN_FLIGHT, "scale_up_in_flight", _in_flight)
     take(KEY_GANG_SCALE_UP_TIMEOUT, "scale_up_timeout_s", _scale_up_timeout_s)
+    take(KEY_DOCTOR_INTERVAL, "doctor_interval_s", _doctor_interval_s)
 
     warm = _warm_settings(ann, problems)
     fields["guard"], guard_problems = parse_guard_policy(ann)
@@ -296,6 +301,14 @@ def _in_flight(raw: str) -> int:
 
 def _scale_up_timeout_s(raw: str) -> float:
     return _duration_between(raw, MIN_SCALE_UP_TIMEOUT_S, MAX_SCALE_UP_TIMEOUT_S, f"{MAX_SCALE_UP_TIMEOUT_S / 3600:g} h")
+
+
+def _doctor_interval_s(raw: str) -> float | None:
+    """``off`` (None) or a duration from 1 minute to 24 hours."""
+    if raw.strip().lower() == "off":
+        return None
+    return _duration_between(raw, MIN_DOCTOR_INTERVAL_S, MAX_DOCTOR_INTERVAL_S, f"{MAX_DOCTOR_INTERVAL_S / 3600:g} h",
+                             "a doctor interval ")
 
 
 def _is_auto(raw: object) -> bool:

@@ -50,6 +50,7 @@ class Layer(_Ranked):
     checks, and lists findings, top to bottom.
     """
 
+    GPU_HARDWARE = "gpu-hardware"  # the GPU itself: XIDs, ECC errors, memory rows; health agents' node conditions
     KERNEL_DRIVER = "kernel-driver"  # nvidia.ko loaded, GPUs alive (nvidia-smi on the host)
     CONTAINER_TOOLKIT = "container-toolkit"  # nvidia-container-toolkit / runtime injects devices + libnvidia-ml
     DEVICE_PLUGIN = "device-plugin"  # k8s-device-plugin DaemonSet, MIG strategy, time-slicing config
@@ -72,6 +73,10 @@ class FindingKind(_Ranked):
     (membership before counts: a ghost node explains more than a miscount).
     """
 
+    GPU_XID = "gpu-xid"  # NVML delivered a critical XID (reset or replace the GPU)
+    GPU_ECC_UNCORRECTABLE = "gpu-ecc-uncorrectable"  # uncorrectable ECC errors on a GPU
+    GPU_MEMORY_REMAP = "gpu-memory-remap"  # row remap / page retirement pending or failed
+    NODE_HEALTH = "node-health"  # a health agent marked a node whose GPUs are counted unhealthy
     DRIVER_UNAVAILABLE = "driver-unavailable"  # NVML cannot start on a GPU node
     CONTAINER_GPU_MISMATCH = "container-gpu-mismatch"  # NVML in the pod sees != the pod's GPU limit
     MISSING_CAPACITY = "missing-capacity"  # GPU node (labels / NVML) without any GPU resource
@@ -184,6 +189,35 @@ class StrandedReport(Frozen):
         return self.integer_model_gpus + self.cpu_memory_gpus + self.fragment_gpus
 
 
+# -------------------------------------------------------------- blast radius
+class PlacementGroupRef(Frozen):
+    """A placement group with a bundle on an unhealthy GPU's Ray node, and who made it."""
+
+    pg_id: str
+    name: str = ""
+    state: str = ""
+    job_id: str | None = None  # Ray's creator job id
+    bundles_there: int = 0  # bundles placed on the unhealthy Ray nodes
+
+
+class BlastRadius(Frozen):
+    """What sits on one unhealthy GPU or node: the work that will fail, or already failed, because of it.
+
+    ``subject`` is the finding's (``node/<name>`` or ``raynode/<id>``); ``ray_nodes`` the live Ray nodes
+    on it (a GPU finding: the Ray node whose NVML saw it; a node finding: every Ray node whose pod runs
+    on the node); ``reservations`` the raygpu reservation groups (gangs) those Ray nodes belong to.
+    """
+
+    subject: str
+    node: str | None = None
+    kinds: tuple[FindingKind, ...] = ()
+    ray_nodes: tuple[str, ...] = ()
+    pods: tuple[str, ...] = ()  # "<ns>/<name>"
+    placement_groups: tuple[PlacementGroupRef, ...] = ()
+    jobs: tuple[str, ...] = ()
+    reservations: tuple[str, ...] = ()
+
+
 # ------------------------------------------------------------------ report
 class NodeRow(Frozen):
     """One GPU node, the four views' counts side by side (``raygpu doctor``'s table)."""
@@ -260,6 +294,7 @@ class DoctorReport(Frozen):
     rows: tuple[NodeRow, ...] = ()
     findings: tuple[Finding, ...] = ()
     stranded: StrandedReport = Field(default_factory=StrandedReport)
+    blast_radius: tuple[BlastRadius, ...] = ()  # one per unhealthy GPU or node (gpu-hardware findings)
 
     @property
     def healthy(self) -> bool:

@@ -42,7 +42,8 @@ KEY_MAX_HOLD = "raygpu.io/max-hold"  # on a RayCluster: 30s..6h (default 15m): t
 KEY_GUARD_SCOPE = "raygpu.io/guard-scope"  # on a RayCluster: scope name (default: the namespace); also on state
 #   ConfigMaps of guarded reservations and on the scope's Lease (value: the scope, as a DNS label)
 GUARD_KEYS = (KEY_GUARD, KEY_MAX_HOLD, KEY_GUARD_SCOPE)
-POLICY_KEYS = (*GUARD_KEYS, KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_SCHEDULER_NAME, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
+KEY_DOCTOR_INTERVAL = "raygpu.io/doctor-interval"  # off (default) | 1m..24h: the sidecar runs the doctor's checks
+POLICY_KEYS = (*GUARD_KEYS, KEY_DOCTOR_INTERVAL, KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_SCHEDULER_NAME, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
                KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_GANG_SCALE_UP,
                KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT)
 

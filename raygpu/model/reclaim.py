@@ -52,6 +52,10 @@ class ReclaimPolicy(Frozen):
     # deletes the rest. warm_reasons says why (quantile, window, numbers). Empty: no group in auto.
     warm_targets: dict[str, int] = Field(default_factory=dict)
     warm_reasons: dict[str, str] = Field(default_factory=dict)
+    # Kubernetes node -> why a GPU health agent (or NVML) marked it unhealthy (plan.common.health.unhealthy_nodes).
+    # An idle worker there is a candidate without waiting for its idle timeout, goes first, is never kept warm
+    # nor kept for a pending placement group. Empty: none, or the sidecar does not read nodes.
+    unhealthy_nodes: dict[str, str] = Field(default_factory=dict)
 
     def idle_timeout_for_s(self, group: str) -> float:
         """The idle timeout of ``group``: 0 for a keep-warm group (its target decides), else its override,

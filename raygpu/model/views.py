@@ -120,6 +120,14 @@ class Toleration(Frozen):
         return self.operator == "Exists" or self.value == taint.value
 
 
+class NodeCondition(Frozen):
+    """A node condition whose status is ``True`` (health agents set their problem conditions to True)."""
+
+    type: str
+    reason: str = ""
+    message: str = ""
+
+
 class K8sNodeView(Frozen):
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
@@ -129,6 +137,8 @@ class K8sNodeView(Frozen):
     ready: bool = True
     unschedulable: bool = False
     problems: tuple[ParseProblem, ...] = ()  # values the adapter could not parse (left out)
+    # conditions with status True other than Ready (MemoryPressure, a health agent's GpuXidError...)
+    conditions: tuple[NodeCondition, ...] = ()
 
 
 class K8sPodView(Frozen):
@@ -278,6 +288,33 @@ class MigDeviceView(Frozen):
     memory_total_bytes: int = 0
 
 
+class NvmlHealthView(Frozen):
+    """One GPU's memory-error counters as NVML reports them; None where the GPU does not support the query.
+
+    ``ecc_*``: uncorrectable (double-bit) ECC errors, volatile (since the driver loaded) and aggregate
+    (the GPU's lifetime, in its InfoROM). Ampere and newer remap rows (``remapped_rows_*``,
+    ``remap_pending``: a reset applies it, ``remap_failure``: no spare row left); older GPUs retire pages
+    (``retired_pages``, ``retired_pages_pending``: retired at the next reset).
+    """
+
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_correctable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    retired_pages: int | None = None
+    retired_pages_pending: bool | None = None
+
+
+class XidEvent(Frozen):
+    """A critical XID NVML delivered on the probe's event set (``nvmlEventTypeXidCriticalError``)."""
+
+    xid: int
+    device_index: int | None = None
+    uuid: str | None = None
+
+
 class NvmlDeviceView(Frozen):
     index: int
     uuid: str
@@ -285,6 +322,7 @@ class NvmlDeviceView(Frozen):
     memory_total_bytes: int
     mig_enabled: bool = False
     mig_devices: tuple[MigDeviceView, ...] = ()
+    health: NvmlHealthView | None = None  # None: not read (an older probe)
 
 
 class NvmlView(Frozen):
@@ -296,6 +334,8 @@ class NvmlView(Frozen):
     driver_version: str | None = None
     cuda_version: str | None = None
     devices: tuple[NvmlDeviceView, ...] = ()
+    xid_events: tuple[XidEvent, ...] = ()  # delivered during the probe's bounded wait
+    xid_wait_ms: int | None = None  # how long the probe waited for them; None: not watched
 
     @property
     def gpu_units(self) -> int:

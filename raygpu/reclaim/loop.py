@@ -9,6 +9,10 @@ One cycle, in order:
    ``InvalidAnnotation`` Event and its safe default. Mode ``off`` stops here.
 3. Ray's view from the GCS (nodes, placement groups) and its job table,
    joined with step 1 into one ``CycleState``; groups in ``auto`` get their keep-warm targets (``reclaim.warm``).
+   3b. Health (``raygpu.io/doctor-interval``, off by default): when due, the doctor's checks for this cluster
+   (``reclaim.health``: the ``raygpu_doctor_findings`` gauge, ``DoctorFinding`` Warning Events); the nodes
+   a health agent marked unhealthy, as of the last health cycle, go into the policy (reclaimed first, never
+   kept warm) and into gang scale-up's reservations (kept off them).
 4. One pure decision, ``plan_cycle(state) -> CyclePlan``: ``plan_gc``
    (reservations to release), then ``plan_reclaim`` (workers to remove; every
    reservation with a state ConfigMap is left to the garbage collector).
@@ -57,6 +61,7 @@ from raygpu.plan.guard import guard_gauges
 from raygpu.reclaim.apply import ApplyStatus, ReleaseStatus, apply_reclaim, apply_release
 from raygpu.reclaim.confirm import confirm_release
 from raygpu.reclaim.drain import DrainMemory, Drain, drain_workers
+from raygpu.reclaim.health import HealthWatch
 from raygpu.reclaim.memory import GcMemory
 from raygpu.adapters.kube_watch import CacheView, ClusterCache
 from raygpu.reclaim.metrics import SidecarMetrics
@@ -99,6 +104,7 @@ class Reclaimer:
         self._warm, self._cluster_policy = WarmKeeper(kube, self.metrics, self._event, self._ids), None
         self._scale_up = GangScaleUp(kube, self.metrics, self._event, self._ids,
                                      backoff_first_s=config.scale_up_backoff_s)
+        self.health = HealthWatch(kube, self.metrics, self._event, self._ids)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, once: bool = False) -> CycleReport | None:
@@ -158,9 +164,20 @@ class Reclaimer:
         cp = self._cluster_policy
         assert cp is not None
         if mode is ReclaimMode.OFF and not cp.gang_scale_up:
+            if self.health.due(cp, now_s):  # the health cycle runs whatever the reclaim mode
+                cfg = self.config
+                self.health.run(cluster, view.pods, self.read_ray(cfg.ray_address, timeout_s=cfg.ray_timeout_s,
+                                                                  now_s=now_s), now_s)
             return CycleReport(CycleOutcome.OFF, mode=mode)
         # 3. Observe Ray: nodes and placement groups, then the job table; one state in.
         state = self._observe(view, cluster, policy, now_s)
+        # 3b. Health, when due; the nodes marked unhealthy (as of the last health cycle) into the plan.
+        if self.health.due(cp, now_s):
+            self.health.run(cluster, view.pods, state.ray, now_s)
+        if self.health.unhealthy:
+            state = state.model_copy(update={"policy": state.policy.model_copy(
+                update={"unhealthy_nodes": dict(self.health.unhealthy)})})
+        self._scale_up.unhealthy_nodes = self.health.keep_off
         if mode is not ReclaimMode.OFF:
             state = self._warm.apply(state, cp)  # keep-warm
         # 4. Plan, purely: gang scale-up (its re-targets are what the GC judges), reservations to release, then

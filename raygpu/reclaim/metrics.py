@@ -33,6 +33,11 @@ raygpu_scale_up_reservations_total{result}     counter    gang scale-up reservat
 raygpu_scale_up_pending_placement_groups       gauge      pending placement groups gang scale-up saw at the
   {state}                                                 last cycle: reserved (a reservation waits for it)
                                                           or waiting (none yet: grace, fits now, cap, back-off)
+raygpu_doctor_findings{check,severity}         gauge      findings of the sidecar's last health cycle
+                                                          (raygpu.io/doctor-interval), by finding kind (the
+                                                          check's name: node-health, gpu-xid, orphan-pod...)
+                                                          and severity; every kind and severity is exported
+                                                          (0 when none) once a health cycle ran
 =============================================  =========  ===============================================
 
 Every counter is exported from the start at 0, for each label value it can take (the ``action,reason`` pairs of
@@ -103,6 +108,8 @@ class SidecarMetrics:
         self.scale_up_pending = Gauge("raygpu_scale_up_pending_placement_groups",
                                       "Pending placement groups gang scale-up saw at the last cycle, by what it did "
                                       "(reserved: has a reservation; waiting: none yet)", ["state"], registry=r)
+        self.doctor_findings = Gauge("raygpu_doctor_findings", "Findings of the sidecar's last doctor cycle, by "
+                                     "finding kind (check) and severity", ["check", "severity"], registry=r)
         self._guard_scopes: set[str] = set()
         for counter, values in ((self.cycles, [o.value for o in CycleOutcome]), (self.drains, DRAIN_RESULTS),
                                 (self.reservations_released, RELEASE_REASONS),
@@ -122,6 +129,15 @@ class SidecarMetrics:
             for gauge in (self.guard_waiting, self.guard_timeouts, self.guard_longest_wait):
                 gauge.remove(gone)
         self._guard_scopes = now
+
+    def set_doctor_findings(self, counts: dict[tuple[str, str], int], kinds: Iterable[str],
+                            severities: Iterable[str]) -> None:
+        """The doctor gauge of one health cycle: every (kind, severity) pair set, 0 where nothing was found, so
+        that an alert on ``> 0`` resolves when the finding goes."""
+        sev = list(severities)
+        for kind in kinds:
+            for s in sev:
+                self.doctor_findings.labels(kind, s).set(counts.get((kind, s), 0))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Serve ``/metrics`` on ``port`` in a daemon thread; returns the server (``.shutdown()`` stops it)."""

@@ -63,6 +63,7 @@ class GangScaleUp:
         self._failures: dict[str, int] = {}  # placement group id -> failed or timed-out reservations in a row
         self._said: dict[str, str] = {}  # placement group id -> the last reason said for it (said once)
         self._risks_said: tuple = ()  # the autoscaler risk last said (an Event when it changes)
+        self.unhealthy_nodes: tuple[str, ...] = ()  # set by the cycle from its health watch: reservations avoid them
 
     # ------------------------------------------------------------------ observe
     def observe(self, ray: RayView, now_s: float) -> None:
@@ -160,7 +161,8 @@ class GangScaleUp:
                 policy = policy.model_copy(update={"gang_template": item.template})
             snap = ReserveSnapshot(request=item.request, cluster=cluster, policy=policy, free=None,
                                    guard_policy=GuardPolicy(), backend=builder, now_s=now_s,
-                                   request_id=uuid.uuid4().hex, scale_up_pg=item.pg_id)
+                                   request_id=uuid.uuid4().hex, scale_up_pg=item.pg_id,
+                                   unhealthy_nodes=self.unhealthy_nodes)
             plan = plan_reserve(snap)  # InfeasibleError / PermanentError: nothing was written
         except PermanentError as e:
             return self._give_up(cluster, item, now_s, fields, "refused", e, (

@@ -10,6 +10,16 @@ UUIDs have the real shape (``GPU-``/``MIG-`` + 8-4-4-4-12 hex) but are made
 up. Replace with a real capture (``tests/gpu/test_nvml_real.py`` prints one)
 when a GPU machine runs the suite.
 
+Health (issue 28): each device may carry ``ecc`` (``nvmlDeviceGetTotalEccErrors`` for uncorrected
+errors: ``volatile``, ``aggregate``), ``remapped_rows`` (``nvmlDeviceGetRemappedRows``: corrected rows,
+uncorrected rows, pending, failure; Ampere and newer) or ``retired_pages`` (Volta / Turing:
+``nvmlDeviceGetRetiredPages`` per cause ``sbe`` / ``dbe`` and ``nvmlDeviceGetRetiredPagesPendingStatus``
+as ``pending``); a key that is absent answers ``NotSupported`` as NVML does on GPUs without the
+feature. A recording's ``xid_events`` (``[{"device": i, "xid": n}]``) are delivered by the fake event
+set (``nvmlEventSetWait_v2``) to a probe that registered for that device, then ``Timeout``. The
+health recordings below are transcribed from NVIDIA's documentation of these calls and of the XIDs
+(https://docs.nvidia.com/deploy/xid-errors/), not captured.
+
 Error behaviour mirrors pynvml: ``NVMLError(value)`` maps the NVML return
 code to a subclass (``NVMLError_LibraryNotFound`` = 12, ``DriverNotLoaded`` = 9,
 ``NotFound`` = 6, ``NotSupported`` = 3) whose ``str()`` is NVML's own message.
@@ -33,6 +43,8 @@ H100_NODE: dict[str, Any] = {
             "memory_total": 81559 * MiB,
             "mig_mode": None,  # nvmlDeviceGetMigMode -> [0, 0]; MIG off
             "mig": [],
+            "ecc": {"volatile": 0, "aggregate": 0},
+            "remapped_rows": (0, 0, 0, 0),
         }
         for uuid in (
             "GPU-5e3a8c1f-9b2d-4e71-a0c4-3f8d2b6e1a90",
@@ -86,6 +98,41 @@ A100_MIG_UNNAMED: dict[str, Any] = {
     ],
 }
 
+
+def _h100_with(device: int, **health: Any) -> dict[str, Any]:
+    """H100_NODE with device ``device``'s health keys replaced."""
+    devices = [dict(d) for d in H100_NODE["devices"]]
+    devices[device].update(health)
+    return {**H100_NODE, "devices": devices}
+
+
+# XID 79 (GPU has fallen off the bus) on device 2 during the probe's wait
+H100_XID_79: dict[str, Any] = {**H100_NODE, "xid_events": [{"device": 2, "xid": 79}]}
+# XID 13 (graphics engine exception: an application fault) on device 0: not a critical XID
+H100_XID_13: dict[str, Any] = {**H100_NODE, "xid_events": [{"device": 0, "xid": 13}]}
+# device 5: 2 uncorrectable ECC errors since the driver loaded (and in its lifetime), one row remapped, reset pending
+H100_ECC_DBE: dict[str, Any] = _h100_with(5, ecc={"volatile": 2, "aggregate": 2}, remapped_rows=(0, 1, 1, 0))
+# device 1: uncorrectable errors in its lifetime only (before the last driver load); rows remapped, nothing pending
+H100_ECC_HISTORY: dict[str, Any] = _h100_with(1, ecc={"volatile": 0, "aggregate": 3}, remapped_rows=(0, 3, 0, 0))
+# device 7: row remapping failed (no spare row left in a bank)
+H100_REMAP_FAILED: dict[str, Any] = _h100_with(7, remapped_rows=(0, 8, 0, 1))
+# A V100 (no row remapping: NotSupported) with a double-bit retired page waiting for a reset
+V100_RETIRED_PENDING: dict[str, Any] = {
+    "driver_version": "535.129.03",
+    "cuda_driver_version": 12020,
+    "devices": [
+        {
+            "uuid": "GPU-6c0e9d27-41b3-4a58-b2f7-8d19e3c05a64",
+            "name": "Tesla V100-SXM2-32GB",
+            "memory_total": 32768 * MiB,
+            "mig_mode": None,
+            "mig": [],
+            "ecc": {"volatile": 1, "aggregate": 1},
+            "retired_pages": {"sbe": 0, "dbe": 1, "pending": 1},
+        }
+    ],
+}
+
 NO_LIBRARY: dict[str, Any] = {"init_error": 12}  # NVML_ERROR_LIBRARY_NOT_FOUND: no libnvidia-ml.so.1
 NO_DRIVER: dict[str, Any] = {"init_error": 9}  # NVML_ERROR_DRIVER_NOT_LOADED: library there, nvidia.ko not loaded
 GPU_LOST: dict[str, Any] = {**H100_NODE, "device_error": (3, 15)}  # device 3: NVML_ERROR_GPU_IS_LOST
@@ -94,6 +141,7 @@ GPU_LOST: dict[str, Any] = {**H100_NODE, "device_error": (3, 15)}  # device 3: N
 _MESSAGES = {
     3: "Not Supported",
     6: "Not Found",
+    10: "Timeout",
     9: "Driver Not Loaded",
     12: "NVML Shared Library Not Found",
     15: "GPU is lost",
@@ -128,6 +176,7 @@ def _subclass(name: str, value: int) -> type[NVMLError]:
 NVMLError_NotSupported = _subclass("NVMLError_NotSupported", 3)
 NVMLError_NotFound = _subclass("NVMLError_NotFound", 6)
 NVMLError_DriverNotLoaded = _subclass("NVMLError_DriverNotLoaded", 9)
+NVMLError_Timeout = _subclass("NVMLError_Timeout", 10)
 NVMLError_LibraryNotFound = _subclass("NVMLError_LibraryNotFound", 12)
 NVMLError_GpuIsLost = _subclass("NVMLError_GpuIsLost", 15)
 
@@ -145,6 +194,20 @@ class _Handle:
     mig_slot: int | None = None
 
 
+@dataclass
+class _EventData:  # c_nvmlEventData_t
+    device: _Handle
+    eventType: int
+    eventData: int  # the XID
+
+
+class _EventSet:
+    def __init__(self) -> None:
+        self.devices: set[int] = set()
+        self.delivered = 0
+        self.freed = False
+
+
 class FakeNvml:
     """Replays one recording through pynvml's function names. Counts init/shutdown calls."""
 
@@ -156,6 +219,7 @@ class FakeNvml:
         self.rec = recording
         self.inits = 0
         self.shutdowns = 0
+        self.event_sets: list[_EventSet] = []
 
     # -- lifecycle
     def nvmlInit(self) -> None:
@@ -212,6 +276,49 @@ class FakeNvml:
         if not any(m["slot"] == slot for m in self.rec["devices"][h.device]["mig"]):
             raise NVMLError(6)
         return _Handle(h.device, slot)
+
+
+    # -- health
+    def _health(self, h: _Handle, key: str) -> Any:
+        value = self.rec["devices"][h.device].get(key)
+        if value is None:
+            raise NVMLError(3)
+        return value
+
+    def nvmlDeviceGetTotalEccErrors(self, h: _Handle, error_type: int, counter_type: int) -> int:
+        assert error_type == 1  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED: the probe only asks for these
+        return self._health(h, "ecc")["volatile" if counter_type == 0 else "aggregate"]
+
+    def nvmlDeviceGetRemappedRows(self, h: _Handle) -> tuple[int, int, int, int]:
+        return tuple(self._health(h, "remapped_rows"))
+
+    def nvmlDeviceGetRetiredPages(self, h: _Handle, cause: int) -> list[int]:
+        n = self._health(h, "retired_pages")["sbe" if cause == 0 else "dbe"]
+        return [0x1000 * (i + 1) for i in range(n)]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: _Handle) -> int:
+        return self._health(h, "retired_pages")["pending"]
+
+    # -- events
+    def nvmlEventSetCreate(self) -> _EventSet:
+        s = _EventSet()
+        self.event_sets.append(s)
+        return s
+
+    def nvmlDeviceRegisterEvents(self, h: _Handle, event_types: int, s: _EventSet) -> None:
+        assert event_types & 0x8  # nvmlEventTypeXidCriticalError
+        s.devices.add(h.device)
+
+    def nvmlEventSetWait_v2(self, s: _EventSet, timeout_ms: int) -> _EventData:
+        pending = [e for e in self.rec.get("xid_events", []) if e["device"] in s.devices]
+        if s.delivered >= len(pending):
+            raise NVMLError(10)
+        e = pending[s.delivered]
+        s.delivered += 1
+        return _EventData(device=_Handle(e["device"]), eventType=0x8, eventData=e["xid"])
+
+    def nvmlEventSetFree(self, s: _EventSet) -> None:
+        s.freed = True
 
 
 class NotSupportedMigNvml(FakeNvml):

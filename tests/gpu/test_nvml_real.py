@@ -54,3 +54,38 @@ def test_skip_reason_is_nvmls_own_message():
         pytest.skip("this machine has a GPU: nvmlInit succeeded")
     assert _INIT_ERROR and "nvmlInit failed" not in _INIT_ERROR
     assert probe_nvml("local").available is False
+
+
+@requires_gpu
+def test_probe_reads_memory_error_counters_and_watches_xids_on_a_real_gpu():
+    """Health (issue 28): the ECC counters and row-remap or page-retirement state, each as NVML answers here
+    (None where this GPU does not support the query), and a bounded XID wait that returns on time."""
+    import time
+
+    import pynvml
+
+    t0 = time.monotonic()
+    view = probe_nvml("local", xid_wait_ms=300)
+    took_s = time.monotonic() - t0
+    assert view.available, view.reason
+    pynvml.nvmlInit()
+    try:
+        for d in view.devices:
+            h = pynvml.nvmlDeviceGetHandleByIndex(d.index)
+            assert d.health is not None
+            try:
+                ecc = pynvml.nvmlDeviceGetTotalEccErrors(h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                                         pynvml.NVML_VOLATILE_ECC)
+            except pynvml.NVMLError:
+                ecc = None
+            assert d.health.ecc_volatile_uncorrected == ecc
+            try:
+                rows = pynvml.nvmlDeviceGetRemappedRows(h)
+            except pynvml.NVMLError:
+                rows = None
+            assert (d.health.remap_pending is None) == (rows is None)
+    finally:
+        pynvml.nvmlShutdown()
+    assert view.xid_wait_ms in (300, None)  # None: no GPU here supports XID events (MIG on)
+    assert took_s < 30, f"the probe took {took_s:.1f} s with a 0.3 s XID wait"
+    print(view.model_dump_json(indent=2))

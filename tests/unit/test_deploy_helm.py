@@ -107,6 +107,25 @@ def test_the_chart_with_gang_scale_up_adds_the_objects_of_deploy_sidecar_scale_u
     assert [o for o in rendered if o not in base] == expected
 
 
+def test_the_chart_with_doctor_adds_the_objects_of_deploy_sidecar_doctor(tmp_path):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "namespace": "ray", "nameSuffix": "-llm",
+        "resources": [os.path.relpath(REPO / "deploy" / "sidecar", overlay),
+                      os.path.relpath(REPO / "deploy" / "sidecar-doctor", overlay)]}))
+    both = kustomize(overlay)
+    expected = [o for o in both if "doctor" in o["metadata"]["name"]]
+    assert [(o["kind"], o["metadata"]["name"]) for o in expected] == [
+        ("ClusterRole", "raygpu-sidecar-doctor-llm"), ("ClusterRoleBinding", "raygpu-sidecar-doctor-llm")]
+    assert expected[0]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
+    assert expected[1]["subjects"] == [{"kind": "ServiceAccount", "name": "raygpu-sidecar-llm", "namespace": "ray"}]
+    base = helm_template("--set", "cluster=llm", "--set", "nameSuffix=-llm")
+    rendered = helm_template("--set", "cluster=llm", "--set", "nameSuffix=-llm", "--set", "doctor.enabled=true")
+    assert [o for o in rendered if o not in base] == expected
+
+
 DRIVER_OVERLAY = REPO / "deploy" / "examples" / "driver-overlay"
 
 

@@ -143,10 +143,10 @@ def test_severity(name, builder, severity):
 
 
 EXIT = [
-    ("healthy", healthy(), 0, 8),
-    ("one finding", healthy().ray_node("r9", "gone", 1), 1, 8),
+    ("healthy", healthy(), 0, 10),
+    ("one finding", healthy().ray_node("r9", "gone", 1), 1, 10),
     ("kubernetes unreachable", healthy().k8s_unreachable(), 2, 0),
-    ("ray unreachable: Ray checks skipped", healthy().ray_unreachable(), 2, 6),
+    ("ray unreachable: Ray checks skipped", healthy().ray_unreachable(), 2, 8),
 ]
 
 
@@ -163,12 +163,12 @@ def test_ray_unreachable_does_not_call_every_pod_an_orphan():
 
 def test_checks_run_lowest_layer_first():
     layers = [c.layer for c in checks(NOW_S)]
-    assert layers == sorted(layers) and layers[0] is Layer.KERNEL_DRIVER and layers[-1] is Layer.RAY_CONFIG
+    assert layers == sorted(layers) and layers[0] is Layer.GPU_HARDWARE and layers[-1] is Layer.RAY_CONFIG
 
 
 def test_layer_enum_is_ordered_as_the_issue_says():
     assert list(Layer) == sorted(Layer) and [l.value for l in Layer] == [
-        "kernel-driver", "container-toolkit", "device-plugin", "kubelet", "ray-config",
+        "gpu-hardware", "kernel-driver", "container-toolkit", "device-plugin", "kubelet", "ray-config",
     ]
 
 

@@ -6,11 +6,12 @@ Steps of a cycle:
    pod -> node, NVML by Ray node; per node a tally of what its pods add up to; per check the
    list of objects it could find something about), so that no later step walks the pods again;
 2. run the checks bottom-up, in the order that isolates a fault fastest:
-   kernel driver -> container toolkit -> device plugin -> kubelet (allocatable,
+   GPU hardware (NVML's XIDs and memory errors, health agents' node marks) -> kernel driver -> container toolkit -> device plugin -> kubelet (allocatable,
    taints) -> Ray (membership, num-gpus). A view that could not be read skips
    the checks that need it;
 3. sort findings by (layer, severity, kind, subject);
-4. do the stranded-GPU arithmetic and build one row per GPU node, from the node tallies.
+4. do the stranded-GPU arithmetic and build one row per GPU node, from the node tallies;
+5. name the blast radius of every unhealthy GPU or node (its Ray nodes, placement groups, jobs, reservations).
 
 No I/O, no clock: ``now_s`` is an argument (it ages pods for the orphan grace).
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from raygpu.model.findings import DoctorReport, Finding, Layer, NodeRow
 from raygpu.model.raycluster import GroupTemplate
 from raygpu.model.views import Snapshot
-from raygpu.plan.doctor import checks_dra, checks_node, checks_ray
+from raygpu.plan.doctor import checks_dra, checks_health, checks_node, checks_ray
 from raygpu.plan.doctor.checks_index import SnapshotIndex
 from raygpu.plan.doctor.stranded import stranded_gpus
 
@@ -44,6 +45,8 @@ class Check:
 def checks(now_s: float, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> tuple[Check, ...]:
     """The checks in the order they run (lowest layer first)."""
     return (
+        Check("gpu-health", Layer.GPU_HARDWARE, False, checks_health.check_gpu_health, lambda ix: bool(ix.snapshot.nvml)),
+        Check("node-health", Layer.GPU_HARDWARE, False, checks_health.check_node_health),
         Check("nvml-driver", Layer.KERNEL_DRIVER, False, checks_node.check_driver),
         Check("nvml-container", Layer.CONTAINER_TOOLKIT, False, checks_node.check_container),
         Check("gpu-capacity", Layer.DEVICE_PLUGIN, False, checks_node.check_capacity),
@@ -114,6 +117,7 @@ def reconcile(
         rows=checks_dra.with_dra_rows(node_rows(ix, found), ix),
         findings=tuple(found),
         stranded=stranded_gpus(snapshot, templates=templates, include_pending_pgs=include_pending_pgs, index=ix),
+        blast_radius=checks_health.blast_radius(ix, found),
     )
 
 

@@ -7,7 +7,10 @@ template's ``nodeSelector`` and whose NoSchedule/NoExecute taints its
 (``gang_shapes.free_nodes``: ready, uncordoned nodes only). Node affinity is
 not read, so a template with a required node affinity may be credited nodes it
 cannot use: the result ranks pod shapes (prefer one that binds now), it never
-admits or refuses anything. Pure: no I/O, no clock.
+admits or refuses anything. A node a GPU health agent marked unhealthy
+(``plan.common.health.node_health_signals``) is credited nothing: no reservation is
+planned onto it (``unhealthy_node_names``; the reservation's pods also carry a
+required node affinity that keeps them off it, ``plan.gang.reserve``). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Mapping, Sequence
 from raygpu.model.gang import NodeFree
 from raygpu.model.raycluster import RayClusterView
 from raygpu.model.views import K8sNodeView, K8sPodView, Toleration
+from raygpu.plan.common.health import node_health_signals
 from raygpu.plan.gang.shapes import free_nodes
 
 _BLOCKING = ("NoSchedule", "NoExecute")
@@ -49,10 +53,21 @@ def may_use(node: K8sNodeView, spec: Mapping[str, Any]) -> bool:
 def free_by_template(cluster: RayClusterView, nodes: Sequence[K8sNodeView],
                      pods: Sequence[K8sPodView]) -> dict[str, tuple[NodeFree, ...]]:
     """Worker group name -> the free capacity of the nodes its pods may use (``plan_gang(free=...)``)."""
-    everywhere = free_nodes(nodes, pods)
+    sick = set(unhealthy_node_names(nodes))
+    everywhere = [f for f in free_nodes(nodes, pods) if f.name not in sick]
     by_name = {n.name: n for n in nodes}
     out = {}
     for g in cluster.worker_groups:
         spec = (g.template or {}).get("spec") or {}
         out[g.group_name] = tuple(f for f in everywhere if may_use(by_name[f.name], spec))
     return out
+
+
+def unhealthy_node_names(nodes: Sequence[K8sNodeView], cluster: RayClusterView | None = None) -> tuple[str, ...]:
+    """The names of the nodes a GPU health agent marked unhealthy (a condition, taint or label), sorted; with
+    ``cluster``, only those a pod of one of its worker groups may use (the others need no keeping off)."""
+    sick = [n for n in nodes if node_health_signals(n)]
+    if cluster is not None:
+        specs = [(g.template or {}).get("spec") or {} for g in cluster.worker_groups]
+        sick = [n for n in sick if any(may_use(n, spec) for spec in specs)]
+    return tuple(sorted(n.name for n in sick))

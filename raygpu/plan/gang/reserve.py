@@ -68,6 +68,9 @@ class ReserveSnapshot:
     # gang scale-up (raygpu.reclaim.scale_up): the pending Ray placement group (hex id) the sidecar reserves for;
     # the state ConfigMap then says so (label raygpu.io/created-by, annotation raygpu.io/placement-group)
     scale_up_pg: str | None = None
+    # nodes a GPU health agent (or the doctor's NVML probe) marked unhealthy: the reservation's pods get a required
+    # node affinity that keeps them off these (docs/doctor.md, "GPU health"); () when none or not known
+    unhealthy_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,8 @@ def _worker_group(snap: ReserveSnapshot, gang: GangPlan, guard: GuardPolicy | No
     template = cluster.group(gang.need.template_group)
     assert template is not None  # the gang plan chose it from this view (or an equal plan did: replan_reserve)
     spec = snap.backend.worker_group_spec(gang, template, request)
+    if snap.unhealthy_nodes:
+        avoid_nodes(spec["template"].setdefault("spec", {}), snap.unhealthy_nodes)
     if guard is not None:
         _add_gate(spec, GUARD_GATE)  # no pod binds before the guard's swap; their priority stays the user's
     if request.expected_runtime_s is not None:
@@ -201,6 +206,22 @@ def _worker_group(snap: ReserveSnapshot, gang: GangPlan, guard: GuardPolicy | No
     return spec, tuple(raycluster_patch(cluster.resource_version, add_worker_group(spec))), wiring
 
 
+def avoid_nodes(pod_spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
+    """Keep pods of ``pod_spec`` off ``nodes``: ``metadata.name NotIn nodes`` added to every required node selector
+    term (terms are ORed, so each must exclude them), or one term of its own when the template has none. Mutates
+    the backend's fresh copy, as ``_add_gate`` does; the template's own affinity is kept otherwise (the sidecar's
+    admission policy lets a reservation change ``affinity``: it is gang wiring)."""
+    expr = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    aff = pod_spec.setdefault("affinity", {}) or {}
+    pod_spec["affinity"] = aff
+    node_aff = aff.setdefault("nodeAffinity", {}) or {}
+    aff["nodeAffinity"] = node_aff
+    required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {}) or {}
+    node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), expr]} for t in terms]
+
+
 def _add_gate(spec: dict[str, Any], name: str) -> None:
     """Append the scheduling gate ``name`` to a worker group spec's pod template (a fresh copy the backend
     built: mutated here, before anyone else sees it), keeping the template's own gates."""
@@ -208,5 +229,5 @@ def _add_gate(spec: dict[str, Any], name: str) -> None:
     pod["schedulingGates"] = [*(pod.get("schedulingGates") or []), {"name": name}]
 
 
-__all__ = ["GangBuilder", "ReservePlan", "ReserveSnapshot", "chosen_backend", "is_guarded", "backfill_applies",
+__all__ = ["GangBuilder", "ReservePlan", "ReserveSnapshot", "avoid_nodes", "chosen_backend", "is_guarded", "backfill_applies",
            "plan_reserve", "replan_reserve"]

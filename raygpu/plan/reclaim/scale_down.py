@@ -8,8 +8,9 @@ a PG that can be placed now can still be placed after the plan, or the workers
 stay), or a worker that would take its group below ``minReplicas``. A worker
 whose Ray node is DRAINING (or that this sidecar drained, ``policy.drained_pods``)
 counts no capacity and needs no idle timeout; every other protection holds. Among the
-workers it may delete it prefers those whose removal frees whole Kubernetes
-nodes. Capacity counts only on Ray nodes whose pod exists and is not going away.
+workers it may delete it prefers, first, idle workers on a node marked unhealthy
+(``policy.unhealthy_nodes``: no idle timeout, never kept warm or for a pending PG), then
+those whose removal frees whole Kubernetes nodes. Capacity counts only on Ray nodes whose pod exists and is not going away.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class _Worker(NamedTuple):  # one per candidate (an idle worker it may delete): 
 
 
 _FIRST_TWO = itemgetter(0, 1)
+_FIRST_THREE = itemgetter(0, 1, 2)
 _BUNDLE_NODE_IDS, _PG_ID = attrgetter("bundle_node_ids"), attrgetter("pg_id")
 _WORKER_NAME = itemgetter(4)  # _Worker.name
 
@@ -113,6 +115,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     drained: set[str] = set()  # candidates by drain (Ray's DRAINING state or ours), not by the idle timeout
     unreachable = None if snapshot.ray.reachable else f"Ray view unavailable: {snapshot.ray.reason or 'unknown'}"
     grace_s, live, drained_pods = policy.startup_grace_s, policy.live_reservations, policy.drained_pods
+    unhealthy = policy.unhealthy_nodes
     timeouts = {g: policy.idle_timeout_for_s(g) for g in groups}
     # per group: (its template, the names it lists in workersToDelete, its idle timeout, its reservation)
     per_group = {name: (g, listed[name], timeouts[name], name if name.startswith(RESERVATION_GROUP_PREFIX) else None)
@@ -168,7 +171,7 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             reason, detail = R.NOT_IDLE_LONG_ENOUGH, "no live Ray node for this pod yet"
         elif idle_for_s is None:
             reason, detail = R.NOT_IDLE_LONG_ENOUGH, "busy"
-        elif idle_for_s < timeout_s:
+        elif idle_for_s < timeout_s and not (unhealthy and k8s_node in unhealthy):
             reason, detail = R.NOT_IDLE_LONG_ENOUGH, f"idle {idle_for_s:.0f}s < timeout {timeout_s:.0f}s"
         else:
             reason = None
@@ -199,9 +202,16 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     # headroom to prefer candidates the group minimum keeps anyway.
     pending, headroom = _headroom(cluster, decisions)
     budget_spent = ""
+    # idle workers on a node marked unhealthy: like drained ones, never kept for a pending PG nor warm
+    sick = {w.name for w in candidates if w.node_name in unhealthy} if unhealthy else set()
+    unusable = drained | sick if sick else drained
+    if sick and pending_pgs:  # their capacity is going: it counts for no pending PG
+        for w in candidates:
+            if w.name in sick and w.node is not None:
+                hosts.pop(w.node.node_id, None)
     if candidates and pending_pgs:
         needed, budget_spent = needed_by_pending_pgs(snapshot.ray.placement_groups, hosts,
-                                                     candidate_ranks([w for w in candidates if w.name not in drained],
+                                                     candidate_ranks([w for w in candidates if w.name not in unusable],
                                                                      occupants),
                                                      _spare(candidates, headroom),
                                                      _growth(cluster), steps=steps)
@@ -212,16 +222,22 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
 
     # 4. The group minimum: at most headroom[group] deletions per group; the rest
     #    are kept with GROUP_MINIMUM.
-    # 5. Which ones: defragmentation order (frees a whole Kubernetes node first,
-    #    then the most idle, then by name), so the minimum keeps the others.
+    # 5. Which ones: idle workers on unhealthy nodes first, then defragmentation order (frees a whole
+    #    Kubernetes node first, then the most idle, then by name), so the minimum keeps the others.
     # 5b. Keep-warm groups (plan.warm): drained candidates go first (they take no work), then the last
     #     warm_targets[group] candidates in that order stay; other groups are untouched.
     warm = policy.warm_targets
-    order = [(w.group in warm and w.name not in drained, key, w)
-             for w, key in zip(candidates, defrag_keys(candidates, occupants))]
-    order.sort(key=_FIRST_TWO)  # the key ends with the pod name: no two are equal
-    candidates = [w for _, _, w in order]
-    allowed = _warm_allowance(candidates, headroom, warm, drained)
+    if sick:
+        order3 = [(w.name not in sick, w.group in warm and w.name not in unusable, key, w)
+                  for w, key in zip(candidates, defrag_keys(candidates, occupants))]
+        order3.sort(key=_FIRST_THREE)
+        candidates = [w for _, _, _, w in order3]
+    else:
+        order = [(w.group in warm and w.name not in drained, key, w)
+                 for w, key in zip(candidates, defrag_keys(candidates, occupants))]
+        order.sort(key=_FIRST_TWO)  # the key ends with the pod name: no two are equal
+        candidates = [w for _, _, w in order]
+    allowed = _warm_allowance(candidates, headroom, warm, unusable)
     to_delete: dict[str, list[_Worker]] = defaultdict(list)
     for w in candidates:
         g = groups[w.group]
@@ -244,6 +260,9 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
         for w in chosen:
             if w.name in drained:
                 detail, reason = _drained(w, policy), R.DRAINED
+            elif w.name in sick:
+                reason, detail = R.IDLE, (f"idle {w.idle_for_s:.0f}s on node {w.node_name}, marked unhealthy: "
+                                          f"{unhealthy[w.node_name]}")
             else:
                 reason, detail = R.IDLE, idle_details.get((w.group, w.idle_for_s))
                 if detail is None:

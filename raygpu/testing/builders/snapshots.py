@@ -20,6 +20,7 @@ from typing import Any
 from raygpu.model.views import (
     DevicePluginPod,
     K8sNodeView,
+    NodeCondition,
     K8sPodView,
     K8sView,
     MigDeviceView,
@@ -74,6 +75,7 @@ class SnapBuilder:
         device_plugin: str | None = "ready",  # "ready" | "not-ready" | None (no pod)
         device_plugin_pod: str | None = None,  # its pod's name (default nvidia-device-plugin-<node>)
         unschedulable: bool = False,
+        conditions: tuple[tuple[str, str], ...] = (),  # (type, reason) of conditions with status True
     ) -> "SnapBuilder":
         cap = {"cpu": cpu, "memory": memory_gib * GiB}
         if gpus:
@@ -93,6 +95,7 @@ class SnapBuilder:
                 allocatable=alloc,
                 taints=tuple(Taint(key=k, value=None, effect=e) for k, e in taints),
                 unschedulable=unschedulable,
+                conditions=tuple(NodeCondition(type=t, reason=r) for t, r in conditions),
             )
         )
         if device_plugin is not None:
@@ -221,7 +224,8 @@ class SnapBuilder:
 
     def pg(self, pg_id: str, *bundle_gpus: float, state: PgState = PgState.PENDING, name: str = "",
            strategy: str = "PACK", bundles: tuple[dict[str, float], ...] | None = None,
-           node_ids: tuple[str | None, ...] | None = None) -> "SnapBuilder":
+           node_ids: tuple[str | None, ...] | None = None, job_id: str | None = None,
+           label_selectors: tuple[dict[str, str], ...] = ()) -> "SnapBuilder":
         """A placement group of bundles ``{"GPU": g, "CPU": 1}`` (or ``bundles`` verbatim), unplaced unless
         ``node_ids`` names the Ray node of each bundle."""
         bundles = tuple({"GPU": g, "CPU": 1.0} for g in bundle_gpus) if bundles is None else tuple(bundles)
@@ -233,8 +237,15 @@ class SnapBuilder:
                 strategy=strategy,
                 bundles=bundles,
                 bundle_node_ids=tuple(None for _ in bundles) if node_ids is None else tuple(node_ids),
+                bundle_label_selectors=tuple(label_selectors),
+                creator_job_id=job_id,
             )
         )
+        return self
+
+    def nvml_view(self, view: NvmlView) -> "SnapBuilder":
+        """An NVML view verbatim (a recording replayed through ``probe_nvml``), for Ray node ``view.node_id``."""
+        self.nvml_views[view.node_id] = view
         return self
 
     # --------------------------------------------------------------- NVML
