@@ -63,8 +63,11 @@ def test_a_guarded_gang_is_ready_within_max_hold_while_a_tenant_keeps_every_gpu_
         assert waited_s <= MAX_HOLD_S, f"ready after {waited_s:.0f} s > max-hold {MAX_HOLD_S} s"
         wait_for("blockers deleted once the gang is bound", lambda: not blockers(core, ns), 15)
         prefix = f"{guard_tag(ns, pg.plan.gang_name)}-bl-"
-        assert any(n.startswith(prefix) for n in guard_deletions.names), "the gang started without blocking a node"
-        assert all(n.startswith(prefix) for n in guard_deletions.names), guard_deletions.names  # only its own
+        # the guard namespace is shared with other tests running beside this one: only this namespace's blockers
+        # (a blocker's name starts with its gang's tag, which starts with the gang's namespace)
+        ours = [n for n in guard_deletions.names if n.startswith(f"{ns}-")]
+        assert any(n.startswith(prefix) for n in ours), "the gang started without blocking a node"
+        assert all(n.startswith(prefix) for n in ours), ours  # only its own
         during = [n for n in deletions.names[seen:] if n not in tenant.deleted and not n.startswith("c-rg-plain-")]
         assert during == [], f"pods deleted while the guarded gang waited, neither the tenant's nor blockers: {during}"
         raygpu.remove_placement_group(pg)
