@@ -1,247 +1,241 @@
 """The fourth policy of the gang-admission replay, ``raygpu+guard``: raygpu's shapes plus the starvation guard.
 
-A model of issue 11 item 2 (the Kubernetes-layer guard), not its code:
+It runs the product's own pure planning functions (``raygpu.plan.guard``, ``raygpu.plan.backfill``) on state
+built from the simulator's, each time the simulator's state changes (no separate model of the guard):
 
-* **One reservation per scope.** A scope is a node pool
-  (``benchmarks._gang_admission_pools``; with ``--pools 1`` the whole cluster,
-  one namespace/queue). In each scope the oldest waiting gang of that pool (by
-  when it joined the queue) is elected, as a Lease would elect it, only when the
-  scope has no reservation. So at most one gang per scope ever holds capacity it
-  cannot use yet.
-* **Nodes it needs** (among its pool's). Each of its pods (largest first) goes
-  to the node where it would fit soonest: the time at which the node's free
-  GPUs plus the GPUs of running jobs *with a known end* ending by then cover it
-  (EASY backfill's reservation). Which ends are known is the backfill mode's
-  (below). A pod no node can estimate goes to the node with the most GPUs free
-  now, and the reservation then has no estimated start.
-* **Holding, as raygpu's blocker pods do** (raygpu/gang/guard.py: one pod per
-  reserved node whose anti-affinity keeps every other tenant's new pods off
-  it; running pods are never touched). Every GPU that is or becomes free on a
-  reserved node, up to what the gang needs there, is held; held GPUs count as
-  *held idle*. When all are held, the gang's pods go in and it starts. If the gang fits
-  elsewhere in its pool first, it starts there and the holds are released.
-* **Backfill** (``backfill=``): a waiting job may use held GPUs (of any
-  reservation whose nodes it may use) only when its runtime hint says it ends
-  by that reservation's estimated start. ASSUMPTION: a hint, where there is
-  one, is the job's exact trace duration (the simulator knows it); real hints
-  are rougher.
+* **Gated from the start, one holder per scope.** A scope is a node pool (``benchmarks._gang_admission_pools``;
+  ``--pools 1``: the whole cluster). Every raygpu gang waits gated in its scope's line; no gang pod binds
+  before its swap. When the scope has no holder, ``plan.guard.queue_order`` picks the first in line (fewest
+  time-outs, then oldest) and ``plan.guard.decide_lease`` must say CREATE or ACQUIRE for it (the Lease is
+  released or absent: the simulator has no Lease writes to lose).
+* **Nodes** (among its pool's): ``plan.guard.choose_nodes`` on a ``NodeFree`` per node (GPUs only) and the
+  running pods per node as ``K8sPodView`` (start time, and the ends the backfill mode makes known, below):
+  where the gang fits soonest, then most GPUs free now.
+* **Blockers hold whole nodes**, as the product's do (anti-affinity against every other pod): while a gang
+  holds, no other job's pod goes to a chosen node unless it has the holder's pass; every free GPU there is
+  *held idle*. ``plan.guard.plan_hold`` decides each step: swap once the gang's pods
+  (``plan.guard.need_by_node``) fit in what is free on every chosen node; time out once the gang's nodes have
+  been blocked for longer than max-hold *in all* (``held_for_s``: every hold of the gang together).
+* **Time-out = rollback**: the product fails the reservation (it never holds again). Here the job retries
+  at once, at the back of the queue, as an unguarded raygpu gang (ungated, all-or-nothing, may backfill by
+  its hint): ASSUMPTION, the product leaves a retry to the job.
+* **Backfill** (``backfill=``): a job that is not in line (a single, or a rolled-back gang) may use a chosen
+  node when ``plan.backfill.decide_backfill`` gives it the holder's pass: its hint ends, plus
+  ``BACKFILL_MARGIN_S``, before the hold's ``plan.backfill.estimated_start_s``. ASSUMPTION: a hint is the
+  job's exact trace duration.
 
-  - ``all``: every job has a hint; every running job's end is known (the
-    simulator's original rule).
-  - ``gangs``: the product's rule: only raygpu gangs carry a hint
-    (``expected_runtime_s=``) and only they backfill; singles of other tenants
-    are never let onto held nodes, and their ends are unknown (they set no
-    ``activeDeadlineSeconds`` here), so a reservation has an estimated start
-    only when every GPU it waits for belongs to a running gang.
-  - ``none``: no hints, no backfill, nodes by most GPUs free now (``--no-hints``).
-* **max-hold.** A reservation that has not started its gang by its deadline
-  releases every hold, and the gang rejoins the back of the queue (an Event
-  in the real guard). Deadline: with a start estimate, ``max(created,
-  estimated start) + max_hold_s`` (the bound catches wrong hints and lost
-  nodes); without, ``created + max_hold_s``.
+  - ``all``: every job has a hint; singles' pods carry ``activeDeadlineSeconds`` (their end is known).
+  - ``gangs``: the product's rule: only raygpu gangs carry a hint (``expected_runtime_s=``; their pods the
+    ``raygpu.io/expected-runtime-s`` annotation); singles' ends are unknown and they never backfill. A
+    guarded gang in line never backfills (it is gated), so only rolled-back gangs do.
+  - ``none``: no hints, no backfill; nodes by most GPUs free now.
 
-Half-placed GPU-h stay 0 (all-or-nothing); the held GPUs are reported apart.
+Not mapped: the guard's 2 s step and the watchdog's latencies (the simulator acts at each event, at once),
+Lease renewals and lost holders (nothing fails here), the pass revocation before the swap (pods bind at once).
+Half-placed GPU-h stay 0 (all-or-nothing); held idle GPUs are reported apart.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from benchmarks._gang_admission_sim import Job, Sim, fit_all
+from raygpu.model.gang import NodeFree
+from raygpu.model.guard import Blocker, HoldUnit, WaitingGang
+from raygpu.model.labels import ANNOTATION_EXPECTED_RUNTIME, LABEL_RESERVATION
+from raygpu.model.views import K8sPodView
+from raygpu.plan.backfill import decide_backfill, estimated_start_s
+from raygpu.plan.guard import LeaseAction, blocker_units, choose_nodes, decide_lease, need_by_node, plan_hold, queue_order
 
-TIMEOUT = 3  # event kind: a reservation's max-hold deadline
+TIMEOUT = 3  # event kind: a hold's max-hold runs out
 BACKFILL = ("all", "gangs", "none")
+GPU = "nvidia.com/gpu"
 
 
 @dataclass
-class Reservation:
+class Hold:
     job: Job
-    where: list[int]  # node of each of the gang's pods
-    need: np.ndarray  # GPUs the gang needs per node
-    est_start_s: float  # math.inf when it cannot be estimated
-    created_s: float
-    deadline_s: float
+    nodes: tuple[str, ...]  # plan.guard.choose_nodes: a node name per gang pod
+    units: list[HoldUnit]
+    need: dict[str, dict[str, float]]  # plan.guard.need_by_node
+    held_since: float
 
 
 class GuardSim(Sim):
     """``Sim`` with the guard; see the module docstring."""
 
     def __init__(self, free: np.ndarray, jobs: list[Job], give_up_s: float, max_hold_s: float = 900.0,
-                 hints: bool = True, backfill: str | None = None, pools: np.ndarray | None = None) -> None:
-        super().__init__("raygpu+guard", free, jobs, give_up_s, pools)
+                 hints: bool = True, backfill: str | None = None, pools: np.ndarray | None = None,
+                 packing: str = "first-fit") -> None:
+        super().__init__("raygpu+guard", free, jobs, give_up_s, pools, packing=packing)
         backfill = backfill or ("all" if hints else "none")
         if backfill not in BACKFILL:
             raise ValueError(f"backfill must be one of {BACKFILL}, got {backfill!r}")
-        self.held = np.zeros_like(self.free)
-        self.rsv: dict[int, Reservation] = {}  # scope (pool) -> its one reservation
         self.max_hold_s, self.backfill, self.hints = max_hold_s, backfill, backfill != "none"
+        self.holds: dict[int, Hold] = {}  # scope (pool) -> its one holder
+        self.blocked = np.zeros(len(free), dtype=bool)  # nodes a blocker stands on
+        self.held_before: dict[int, float] = {}  # jid -> seconds its nodes were blocked by earlier holds
+        self.rolled_back: set[int] = set()  # jids whose max-hold is spent: unguarded from then on
+        self.pods_at: dict[str, list[K8sPodView]] = {}  # node name -> running pods there
         self.held_idle_gpu_s = 0.0
         self.reservations = self.timeouts = self.backfilled = self.swapped = 0
-        self.max_reservations = 0  # most reservations at once (<= the number of pools)
+        self.max_reservations = 0
+        self.max_blocked_s = 0.0  # the most any gang's nodes were blocked, all its holds together
 
     # ------------------------------------------------------------ metrics
     def account(self, dt: float) -> None:
         super().account(dt)
-        self.held_idle_gpu_s += dt * int(self.held.sum())
+        self.held_idle_gpu_s += dt * int(self.free[self.blocked].sum())
 
     def extra_metrics(self) -> dict[str, object]:
         return {"held_idle_gpu_h": round(self.held_idle_gpu_s / 3600, 1), "reservations": self.reservations,
-                "reservation_timeouts": self.timeouts, "backfilled": self.backfilled,
+                "reservation_timeouts": self.timeouts, "hold_timeouts": self.timeouts, "backfilled": self.backfilled,
                 "started_by_reservation": self.swapped, "hints": self.hints, "backfill": self.backfill,
                 "pools": self.pools.count, "max_reservations_at_once": self.max_reservations,
-                "max_hold_s": self.max_hold_s}
+                "max_hold_s": self.max_hold_s, "max_blocked_s": round(self.max_blocked_s, 1)}
 
     @staticmethod
     def scope(j: Job) -> int:
-        return max(j.pool, 0)  # a gang that may go anywhere is in the one scope of a one-pool cluster
+        return max(j.pool, 0)
 
-    def known_end(self, j: Job) -> bool:
-        """Whether the guard knows when running job ``j`` ends (its runtime hint)."""
-        return self.backfill == "all" or (self.backfill == "gangs" and j.gang)
+    def guarded(self, j: Job) -> bool:
+        """In line (gated): a raygpu gang whose max-hold is not spent."""
+        return j.gang and j.jid not in self.rolled_back
 
-    def may_backfill(self, j: Job) -> bool:
-        return self.backfill == "all" or (self.backfill == "gangs" and j.gang)
+    def hint(self, j: Job) -> float | None:
+        """Job ``j``'s runtime hint, where the backfill mode gives it one (its exact duration)."""
+        return j.dur if self.backfill == "all" or (self.backfill == "gangs" and j.gang) else None
 
-    # ------------------------------------------------------------ the reservation
-    def _avail_times(self, estimate: bool) -> np.ndarray:
-        """``T[n, x]``: earliest time node ``n`` has ``x`` GPUs free for the gang (inf above its size).
+    # ------------------------------------------------------------ the product's inputs, from the simulator's state
+    def _pod_view(self, j: Job, i: int, n: int, g: int) -> K8sPodView:
+        labels, ann, deadline = {}, {}, None
+        if self.hint(j) is not None and j.gang:  # raygpu's pods carry the driver's hint
+            labels, ann = {LABEL_RESERVATION: f"rg-{j.jid}"}, {ANNOTATION_EXPECTED_RUNTIME: f"{j.dur:g}"}
+        elif self.hint(j) is not None:
+            deadline = j.dur  # another tenant's pod whose end is known: activeDeadlineSeconds
+        return K8sPodView(name=f"{j.name}-{i}", uid=str(j.jid), namespace="jobs", node_name=str(n), phase="Running",
+                          requests={GPU: float(g)}, started_at_s=self.now, labels=labels, annotations=ann,
+                          active_deadline_s=deadline)
 
-        ``estimate``: from the known ends of running jobs (inf where unknown); else now + the GPUs missing now
-        (a ranking by the most GPUs free now, no estimate)."""
-        top = int(self.cap.max())
-        x = np.arange(top + 1)[None, :]
-        have = self.free[:, None]
-        if not estimate:
-            t = np.where(x <= have, self.now, self.now + (x - have).astype(float))
-            return np.where(x <= self.cap[:, None], t, math.inf)
-        t = np.where(x <= have, self.now, math.inf)
-        ends: list[tuple[int, float, int]] = [(n, end, g) for jid, end in self.running.items()
-                                              if self.known_end(self.jobs[jid]) for n, g in self.jobs[jid].placed]
-        ends.sort()
-        got = self.free.astype(np.int64).copy()
-        for n, end, g in ends:  # releases per node in end order: x <= got[n] is reached at `end`
-            lo, got[n] = got[n] + 1, got[n] + g
-            t[n, lo:min(got[n], top) + 1] = np.minimum(t[n, lo:min(got[n], top) + 1], end)
-        return t
+    def start(self, j: Job) -> None:
+        super().start(j)
+        for i, (n, g) in enumerate(j.placed):
+            self.pods_at.setdefault(str(n), []).append(self._pod_view(j, i, n, g))
 
+    def on_end(self, j: Job) -> None:
+        uid = str(j.jid)
+        for n in {n for n, _ in j.placed}:
+            self.pods_at[str(n)] = [p for p in self.pods_at[str(n)] if p.uid != uid]
+
+    def _node_free(self, pool: int) -> list[NodeFree]:
+        mask = self.pools.nodes(pool)
+        idx = np.arange(len(self.free)) if mask is None else np.flatnonzero(mask)
+        return [NodeFree(name=str(n), free={GPU: float(self.free[n])}, allocatable={GPU: float(self.cap[n])})
+                for n in idx.tolist()]
+
+    def _estimated_start(self, h: Hold) -> float | None:
+        return estimated_start_s(h.need, {n: {GPU: float(self.cap[int(n)])} for n in h.need}, self.pods_at, self.now)
+
+    # ------------------------------------------------------------ the hold
     def _elect(self, pool: int) -> None:
-        gangs = [j for j in self.waiting if j.gang and j.start is None and self.scope(j) == pool]
-        if not gangs:
+        line = [WaitingGang(name=str(j.jid), created_at_s=j.queued, state="reserved", timeouts=0)
+                for j in self.waiting if self.guarded(j) and self.scope(j) == pool]
+        if not line:
             return
-        j = min(gangs, key=lambda j: (j.queued, j.jid))
-        mask = self.pools.nodes(j.pool)
-        t = self._avail_times(estimate=self.hints)
-        rank = t if self.backfill == "all" else self._avail_times(estimate=False)  # fallback order
-        if mask is not None:
-            t, rank = np.where(mask[:, None], t, math.inf), np.where(mask[:, None], rank, math.inf)
-        top = t.shape[1] - 1
-        rows = np.arange(len(self.free))
-        assigned = np.zeros_like(self.free)
-        where = []
-        for g in sorted(j.pods, reverse=True):
-            want = np.minimum(assigned + g, top)
-            when = np.where(assigned + g <= top, t[rows, want], math.inf)
-            if not math.isfinite(when.min()):  # no known end makes room: the node with most GPUs free now
-                when = np.where(assigned + g <= top, rank[rows, want], math.inf)
-            n = int(np.argmin(when))
-            if not math.isfinite(when[n]):
-                return  # no node can ever hold this pod (not in this pool's shape)
-            where.append(n)
-            assigned[n] += g
-        est = float(max(t[n, assigned[n]] for n in set(where))) if self.hints else math.inf
-        deadline = (max(self.now, est) if math.isfinite(est) else self.now) + self.max_hold_s
-        order = sorted(range(len(j.pods)), key=lambda i: -j.pods[i])
-        pod_nodes = [0] * len(j.pods)
-        for i, n in zip(order, where):
-            pod_nodes[i] = n
-        self.rsv[pool] = Reservation(j, pod_nodes, assigned, est, self.now, deadline)
+        first = queue_order(line)[0]
+        if decide_lease(first.name, None, line, 0.0).action not in (LeaseAction.CREATE, LeaseAction.ACQUIRE):
+            return
+        j = self.jobs[int(first.name)]
+        req = {GPU: float(j.pods[0])}
+        nodes = choose_nodes(req, len(j.pods), self._node_free(j.pool), GPU, self.pods_at if self.hints else None,
+                             self.now)
+        if nodes is None:
+            return  # some pod fits no node of the pool: it never holds
+        h = Hold(j, nodes, blocker_units(f"g{j.jid}-bl", nodes), need_by_node(req, nodes), self.now)
+        self.holds[pool] = h
+        self.blocked[[int(n) for n in h.need]] = True
         self.reservations += 1
-        self.max_reservations = max(self.max_reservations, len(self.rsv))
-        self.push(deadline, TIMEOUT, j.jid)
-        self._top_up()
+        self.max_reservations = max(self.max_reservations, len(self.holds))
+        self.push(self.now + self.max_hold_s - self.held_before.get(j.jid, 0.0) + 1e-3, TIMEOUT, j.jid)
 
-    def _top_up(self) -> None:
-        """Hold every free GPU of a reserved node, up to what the gang needs there; swap when all are held."""
-        for pool, r in list(self.rsv.items()):
-            take = np.minimum(np.maximum(r.need - self.held, 0), self.free)
-            self.free -= take
-            self.held += take
-            if (self.held[r.need > 0] >= r.need[r.need > 0]).all():  # every GPU held: the gang's pods go in
-                j = r.job
-                self.held -= r.need
-                j.placed = [(n, g) for n, g in zip(r.where, j.pods)]
-                j.pods = []
-                del self.rsv[pool]
-                self.swapped += 1
-                self.start(j)
+    def _end_hold(self, pool: int) -> Hold:
+        h = self.holds.pop(pool)
+        self.blocked[[int(n) for n in h.need]] = False
+        total = self.held_before.get(h.job.jid, 0.0) + self.now - h.held_since
+        self.held_before[h.job.jid] = total
+        self.max_blocked_s = max(self.max_blocked_s, total)
+        return h
 
-    def _release(self, pool: int) -> None:
-        r = self.rsv.pop(pool)
-        mine = r.need > 0  # held GPUs are only ever on the reservation's nodes
-        self.free[mine] += self.held[mine]
-        self.held[mine] = 0
+    def _step_hold(self, pool: int) -> None:
+        h = self.holds[pool]
+        j = h.job
+        blockers = [Blocker(name=u.name, node=u.node) for u in h.units]  # created and bound at once
+        free = {n: {GPU: float(self.free[int(n)])} for n in h.need}
+        held_for = self.held_before.get(j.jid, 0.0) + self.now - h.held_since
+        step = plan_hold(h.units, blockers, free, h.need, held_for, self.max_hold_s)
+        if step.timed_out:
+            self._end_hold(pool)
+            self.timeouts += 1
+            self.rolled_back.add(j.jid)
+            j.queued = self.now  # rolled back; the job retries at the back, unguarded
+            self.waiting.remove(j)
+            self.waiting.append(j)
+        elif step.swap:
+            self._end_hold(pool)
+            self.swapped += 1
+            self._place_all(j, [int(n) for n in h.nodes])
 
     def on_other_event(self, kind: int, j: Job) -> bool:
-        r = self.rsv.get(self.scope(j))
-        if kind != TIMEOUT or r is None or r.job is not j or self.now < r.deadline_s - 1e-6:
-            return False  # a stale deadline: that reservation already ended
-        self._release(self.scope(j))
-        self.timeouts += 1
-        j.queued = self.now  # back of the queue: the next oldest gang gets its turn
-        self.waiting.remove(j)
-        self.waiting.append(j)
-        return True
+        return kind == TIMEOUT
 
     # ------------------------------------------------------------ scheduling pass
     def _place_all(self, j: Job, where: list[int]) -> None:
         for n in where:
-            g = j.pods[0]
-            short = max(g - int(self.free[n]), 0)  # backfill onto held GPUs: they pass to this job
-            self.held[n] -= short
-            self.free[n] += short
             self.place(j, 0, n)
         j.gate = 0
         self.start(j)
 
-    def _backfill_room(self, j: Job) -> np.ndarray | None:
-        """Held GPUs ``j`` may use: of reservations it ends before (by its hint) on nodes it may use; or None."""
-        if not self.may_backfill(j) or self.held.max() <= 0:
-            return None
-        room = None
-        for r in self.rsv.values():
-            if math.isfinite(r.est_start_s) and self.now + j.dur <= r.est_start_s:  # no estimate: no backfill
-                part = np.where(r.need > 0, self.held, 0)
-                room = part if room is None else room + part
-        return None if room is None else self.avail(j, room)
+    def _passes(self, j: Job) -> np.ndarray:
+        """Chosen nodes whose holder gives ``j`` its pass (plan.backfill.decide_backfill)."""
+        ok = np.zeros(len(self.free), dtype=bool)
+        for pool, h in self.holds.items():
+            d = decide_backfill(str(j.jid), str(h.job.jid), self._estimated_start(h), self.hint(j), self.now)
+            if d.pass_for is not None:
+                ok[[int(n) for n in h.need]] = True
+        return ok
 
     def schedule(self) -> None:
-        self._top_up()
+        for pool in list(self.holds):
+            self._step_hold(pool)
+        ended = {j.jid for j in self.waiting if j.start is not None}
         still = []
         for j in self.waiting:
-            if j.start is not None:  # started by the swap
+            if j.start is not None or j.jid in ended:
                 continue
-            r = self.rsv.get(self.scope(j)) if j.gang else None
-            if r is not None and j is r.job:
-                if fit_all(self.avail(j, self.free + self.held), j.pods) is not None:  # fits now anyway: no need to wait
-                    self._release(self.scope(j))
-                    self._place_all(j, fit_all(self.avail(j), j.pods) or [])
-                else:
-                    still.append(j)
+            if self.guarded(j):  # gated: only the swap places it
+                still.append(j)
                 continue
-            where = fit_all(self.avail(j), j.pods) if self.free.max() > 0 else None
-            room = self._backfill_room(j) if where is None else None
-            if room is not None:
-                where = fit_all(self.avail(j) + room, j.pods)
-                self.backfilled += where is not None
+            if self.free.max() <= 0:
+                still.append(j)
+                continue
+            open_ = np.where(self.blocked, 0, self.free)
+            where = fit_all(self.avail(j, open_), j.pods, self.score())
+            if where is None and self.holds and self.hints and self.avail(j, self.free).sum() >= sum(j.pods):
+                passes = self._passes(j)
+                if passes.any():
+                    where = fit_all(self.avail(j, np.where(self.blocked & ~passes, 0, self.free)), j.pods,
+                                    self.score())
+                    self.backfilled += where is not None
             if where is None:
                 still.append(j)
             else:
                 self._place_all(j, where)
         self.waiting = still
         for pool in range(self.pools.count):
-            if pool not in self.rsv:
+            if pool not in self.holds:
                 self._elect(pool)
-        self.waiting = [j for j in self.waiting if j.start is None]  # the elected gang may have started at once
+                if pool in self.holds:
+                    self._step_hold(pool)  # fits at once: swapped in now
+        self.waiting = [j for j in self.waiting if j.start is None]

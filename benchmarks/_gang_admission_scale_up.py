@@ -91,10 +91,10 @@ class ScaleUpSim(Sim):
     def __init__(self, free: np.ndarray, jobs: list[Job], give_up_s: float, pools: np.ndarray | None = None, *,
                  interval_s: float = INTERVAL_S, grace_s: float = GRACE_S, in_flight: int = IN_FLIGHT,
                  timeout_s: float = TIMEOUT_S, backoff_s: float = BACKOFF_S,
-                 backoff_cap_s: float = BACKOFF_CAP_S) -> None:
+                 backoff_cap_s: float = BACKOFF_CAP_S, packing: str = "first-fit") -> None:
         if interval_s <= 0 or grace_s < 0 or in_flight < 1 or timeout_s <= 0 or backoff_s < 0:
             raise ValueError("scale-up: interval_s > 0, grace_s >= 0, in_flight >= 1, timeout_s > 0, backoff_s >= 0")
-        super().__init__("scale-up", free, jobs, give_up_s, pools)
+        super().__init__("scale-up", free, jobs, give_up_s, pools, packing=packing)
         self.interval_s, self.grace_s, self.in_flight = interval_s, grace_s, in_flight
         self.timeout_s, self.backoff_s, self.backoff_cap_s = timeout_s, backoff_s, backoff_cap_s
         self.cluster = raygpu_cluster()  # the RayCluster plan_gang copies worker groups from

@@ -33,7 +33,9 @@ from raygpu.plan.gang.reservation import plan_gang
 from raygpu.testing.builders import cluster_view
 
 GiB = 2**30
-POLICIES = ("pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up")
+POLICIES = ("pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up", "easy-backfill", "volcano-reserve",
+            "kueue-strictfifo")
+RESERVING = ("raygpu+guard", "easy-backfill", "volcano-reserve", "kueue-strictfifo")  # hold order or nodes for a gang
 RAYGPU_POLICIES = ("raygpu", "raygpu+guard")
 NODES_CSV = OPENB / "openb_node_list_gpu_node.csv"
 TASKS_CSV = OPENB / "openb_pod_list_default.csv"
@@ -113,17 +115,22 @@ def raygpu_cluster() -> RayClusterView:
     return view.obj()
 
 
-def first_fit(free: np.ndarray, g: int) -> int:
+def first_fit(free: np.ndarray, g: int, score: np.ndarray | None = None) -> int:
+    """The node for a pod of ``g`` GPUs: the first that fits, or (``score``: lower first) the best-scored."""
     idx = np.flatnonzero(free >= g)
-    return int(idx[0]) if idx.size else -1
+    if not idx.size:
+        return -1
+    return int(idx[0]) if score is None else int(idx[np.argmin(score[idx])])
 
 
-def fit_all(free: np.ndarray, pods: list[int]) -> list[int] | None:
-    """Nodes for all ``pods`` (largest first) on a copy of ``free``, or None."""
+def fit_all(free: np.ndarray, pods: list[int], cap: np.ndarray | None = None) -> list[int] | None:
+    """Nodes for all ``pods`` (largest first) on a copy of ``free``, or None. ``cap`` (GPUs per node): choose
+    by kube-scheduler's ``MostAllocated`` on GPUs (the most allocated fraction first, counting the pods
+    placed so far), else first fit in node order."""
     trial = free.copy()
     where = [0] * len(pods)
     for i in sorted(range(len(pods)), key=lambda i: -pods[i]):
-        n = first_fit(trial, pods[i])
+        n = first_fit(trial, pods[i], None if cap is None else trial / cap)
         if n < 0:
             return None
         trial[n] -= pods[i]
@@ -131,9 +138,15 @@ def fit_all(free: np.ndarray, pods: list[int]) -> list[int] | None:
     return where
 
 
+PACKING = ("first-fit", "most-allocated")
+
+
 class Sim:
     def __init__(self, policy: str, free: np.ndarray, jobs: list[Job], give_up_s: float,
-                 pools: np.ndarray | None = None) -> None:
+                 pools: np.ndarray | None = None, packing: str = "first-fit") -> None:
+        if packing not in PACKING:
+            raise ValueError(f"packing must be one of {PACKING}, got {packing!r}")
+        self.packing = packing
         self.policy, self.free, self.total = policy, free.copy(), int(free.sum())
         self.pools = PoolMasks(np.zeros(len(free), dtype=np.int64) if pools is None else pools)
         self.jobs, self.give_up_s = jobs, give_up_s
@@ -161,6 +174,10 @@ class Sim:
                 j.pods = [j.g] * j.k
                 j.gate = math.ceil(j.k / 2) if (policy == "raycluster-gang" and j.gang) else 0
             self.push(j.arrive, 1, j.jid)
+
+    def score(self) -> np.ndarray | None:
+        """fit_all's ``cap`` for the packing profile: GPUs per node under MostAllocated, None for first fit."""
+        return self.cap if self.packing == "most-allocated" else None
 
     def avail(self, j: Job, per_node: np.ndarray | None = None) -> np.ndarray:
         """``per_node`` (default: the free GPUs) where ``j`` may go: 0 outside a pinned gang's pool."""
@@ -203,8 +220,11 @@ class Sim:
         """Events of a subclass (kind >= 3); True when the state changed."""
         return False
 
+    def on_end(self, j: Job) -> None:
+        """Job ``j`` has ended (its GPUs are free again): a subclass's hook."""
+
     def extra_metrics(self) -> dict[str, object]:
-        return {"held_idle_gpu_h": 0.0}
+        return {"held_idle_gpu_h": 0.0, "hold_timeouts": 0}
 
     def push(self, t: float, kind: int, jid: int) -> None:
         self.seq += 1
@@ -228,14 +248,14 @@ class Sim:
                 still.append(j)
                 continue
             if j.gate:  # all-or-nothing part
-                where = fit_all(self.avail(j), j.pods[: j.gate])
+                where = fit_all(self.avail(j), j.pods[: j.gate], self.score())
                 if where is not None:
                     for n in where:
                         self.place(j, 0, n)
                     j.gate = 0
             if not j.gate:
                 while j.pods:
-                    n = first_fit(self.avail(j), j.pods[0])
+                    n = first_fit(self.avail(j), j.pods[0], None if self.score() is None else self.free / self.cap)
                     if n < 0:
                         break
                     self.place(j, 0, n)
@@ -280,6 +300,7 @@ class Sim:
                 for n, g in j.placed:
                     self.free[n] += g
                     self.running_held[n] -= g
+                self.on_end(j)
             elif kind == 1:
                 self.on_arrive(j)
             elif kind == 2:  # give-up check
@@ -322,6 +343,7 @@ class Sim:
             "gave_up": self.gave_up,
             "gang_wait_p50_s": round(percentile(gang_waits, 50), 1),
             "gang_wait_p95_s": round(percentile(gang_waits, 95), 1),
+            "gang_wait_p99_s": round(percentile(gang_waits, 99), 1),
             "single_wait_p50_s": round(percentile(single_waits, 50), 1),
             "single_wait_p95_s": round(percentile(single_waits, 95), 1),
             "mean_running_gpu_frac": round(sum(run_frac) / max(1, len(run_frac)), 3),

@@ -1,6 +1,7 @@
-"""The gang-admission benchmark's guard model (benchmarks/_gang_admission_guard.py) on a one-node cluster:
-a stream of single-GPU pods starves a whole-node gang without it; with it the gang starts when the GPUs it
-needs are free, and nothing stays held."""
+"""The gang-admission benchmark's guard (benchmarks/_gang_admission_guard.py: the product's plan.guard and
+plan.backfill functions on the simulator's state) on a one-node cluster: a stream of single-GPU pods starves
+a whole-node gang without it; with it the gang starts when the GPUs it needs are free, nothing stays
+blocked, and max-hold bounds a gang's blocked time in all."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def test_guard_holds_freed_gpus_for_the_oldest_gang(hints):
     assert sim.jobs[1].start == 101.0  # when the first single ended: 7 GPUs held from t=2, the 8th then
     assert result["partial_gpu_h"] == 0 and result["reservations"] == result["started_by_reservation"] == 1
     assert result["held_idle_gpu_h"] == pytest.approx(7 * 99 / 3600, abs=0.05)  # 7 GPUs held 99 s
-    assert sim.held.sum() == 0 and sim.free.tolist() == [8]  # everything given back
+    assert not sim.blocked.any() and sim.free.tolist() == [8]  # everything given back
 
 
 def test_backfill_only_for_jobs_that_end_before_the_reservation_starts():
@@ -49,15 +50,16 @@ def test_backfill_only_for_jobs_that_end_before_the_reservation_starts():
 def mixed() -> list[Job]:
     """One 8-GPU node. t=1, 1.1: gangs of 4 and 2 GPUs (end 101, 201.1); t=2: an 8-GPU gang (waits, elected,
     holds the 2 free GPUs; every GPU it waits for is a gang's, so its start is known: 201.1); t=3: a single
-    (10 s); t=4: a 2-GPU gang (50 s). Both would end before 201.1."""
+    (10 s); t=4: a 2-GPU gang (50 s). Both would end before 201.1, but a guarded gang waits gated in line:
+    it never backfills."""
     return [Job(0, "g1", 1.0, 100.0, 2, 2, gang=True, queued=1.0), Job(1, "g0", 1.1, 200.0, 2, 1, gang=True, queued=1.1),
             Job(2, "big", 2.0, 50.0, 2, 4, gang=True, queued=2.0), Job(3, "single", 3.0, 10.0, 1, 1, gang=False, queued=3.0),
             Job(4, "small", 4.0, 50.0, 2, 1, gang=True, queued=4.0)]
 
 
 @pytest.mark.parametrize(("backfill", "single", "small", "backfilled"), [
-    ("all", 3.0, 13.0, 2),  # the single takes a held GPU at once; the small gang the two when it has ended
-    ("gangs", 251.1, 4.0, 1),  # the product's rule: only the gang backfills; the single waits for the big gang
+    ("all", 3.0, 251.1, 1),  # the single takes a held GPU at once (its pass); the small gang waits in line
+    ("gangs", 251.1, 251.1, 0),  # the product's rule: the single has no hint, the small gang is in line
     ("none", 251.1, 251.1, 0),  # nobody backfills
 ])
 def test_backfill_modes_decide_who_may_use_held_gpus(backfill, single, small, backfilled):
@@ -67,31 +69,25 @@ def test_backfill_modes_decide_who_may_use_held_gpus(backfill, single, small, ba
     assert jobs[2].start == pytest.approx(201.1) and result["backfill"] == backfill  # the big gang is not delayed
 
 
-def reservations_made(sim: GuardSim) -> list:
-    made = []
-    elect = sim._elect
-
-    def recording(pool):
-        before = sim.rsv.get(pool)
-        elect(pool)
-        if sim.rsv.get(pool) is not None and sim.rsv.get(pool) is not before:
-            made.append(sim.rsv[pool])
-
-    sim._elect = recording
-    return made
+def test_max_hold_bounds_a_gangs_blocked_time_in_all_then_it_is_rolled_back():
+    """An 8-GPU gang behind a stream of singles of 1,000 s each: it holds 100 s (max-hold), times out once, and
+    never holds again (plan.guard.plan_hold counts every hold of the gang together)."""
+    jobs = [Job(0, "a", 1.0, 1000.0, 1, 1, gang=False, queued=1.0), Job(1, "gang", 2.0, 50.0, 2, 4, gang=True, queued=2.0)]
+    sim = GuardSim(np.array([8]), jobs, give_up_s=3600.0, max_hold_s=100.0)
+    result = sim.run()
+    assert (result["hold_timeouts"], result["reservations"], result["started_by_reservation"]) == (1, 1, 0)
+    assert result["max_blocked_s"] == pytest.approx(100.0, abs=0.01)
+    assert jobs[1].start == 1001.0  # rolled back, it starts unguarded when it fits
+    assert not sim.blocked.any()
 
 
-@pytest.mark.parametrize(("backfill", "est", "deadline"), [
-    ("all", 101.0, 101.0 + 900),  # every end known: the single's end at 101
-    ("gangs", math.inf, 2.0 + 900),  # a single's end is unknown to the product: no estimate, max-hold from now
-    ("none", math.inf, 2.0 + 900),
-])
-def test_estimated_start_counts_only_known_ends(backfill, est, deadline):
-    sim = GuardSim(np.array([8]), stream(), give_up_s=3600.0, backfill=backfill)
-    made = reservations_made(sim)
-    sim.run()
-    assert [(r.job.name, r.est_start_s, r.deadline_s) for r in made] == [("gang", est, deadline)]
-    assert sim.jobs[1].start == 101.0  # the hold itself works the same
+def test_one_holder_per_scope():
+    jobs = stream()
+    jobs.append(Job(len(jobs), "gang2", 2.5, 50.0, 2, 4, gang=True, queued=2.5))
+    sim = GuardSim(np.array([8, 8]), jobs, give_up_s=3600.0)
+    result = sim.run()
+    assert result["max_reservations_at_once"] == 1 and result["partial_gpu_h"] == 0
+    assert jobs[1].start <= jobs[-1].start  # oldest first
 
 
 def test_no_hints_is_backfill_none_and_modes_are_checked():

@@ -33,7 +33,7 @@ def waits(jobs: list[Job]) -> dict[str, float]:
 
 
 def test_policy_is_listed_and_built_by_the_benchmark():
-    assert POLICIES[-1] == "scale-up"
+    assert "scale-up" in POLICIES
     sim = make_sim("scale-up", np.array([8]), [gang(0, 1.0)], 3600.0, None, scale_up={"in_flight": 2})
     assert isinstance(sim, ScaleUpSim) and sim.in_flight == 2 and sim.interval_s == 10.0 and sim.grace_s == 10.0
     assert TRANSITIONS["reserved"] == {"bound", "pending"} and TRANSITIONS["bound"] == set()

@@ -36,21 +36,24 @@ def test_gang_admission_quick() -> None:
     assert result["cluster"]["nodes"] > 0 and result["cluster"]["gpus"] > 0
     rows = result["rows"]
     shares = result["params"]["gang_shares"]
-    assert len(rows) == 5 * len(shares)
-    policies = ["pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up"]
+    policies = ["pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up", "easy-backfill", "volcano-reserve",
+                "kueue-strictfifo"]
+    assert len(rows) == len(policies) * len(shares)
     assert [r["policy"] for r in rows] == policies * len(shares)
     for r in rows:
         assert r["jobs"] == result["params"]["jobs"] > 0
         assert r["gangs"] > 0
         for key in ("partial_gpu_h", "deadlock_h", "gang_wait_p50_s", "gang_wait_p95_s", "makespan_h"):
             assert r[key] >= 0, key
-        assert r["gang_wait_p95_s"] >= r["gang_wait_p50_s"]
+        assert r["gang_wait_p99_s"] >= r["gang_wait_p95_s"] >= r["gang_wait_p50_s"]
+        assert r["hold_timeouts"] >= 0 and r["packing"] == "first-fit"
         assert 0 < r["mean_running_gpu_frac"] <= 1
         assert r["makespan_h"] > 0
         assert isinstance(r["deadlocks"], int) and r["deadlocks"] >= 0
-    raygpu = [r for r in rows if r["policy"] in ("raygpu", "raygpu+guard", "scale-up")]
+    raygpu = [r for r in rows if r["policy"] in ("raygpu", "raygpu+guard", "scale-up", "easy-backfill",
+                                                  "volcano-reserve", "kueue-strictfifo")]
     assert all(r["partial_gpu_h"] == 0 and r["deadlocks"] == 0 for r in raygpu)  # all-or-nothing holds nothing
-    assert all(r["plan_gang_calls"] == r["gangs"] for r in raygpu if r["policy"] != "scale-up")  # one plan per gang
+    assert all(r["plan_gang_calls"] == r["gangs"] for r in raygpu if r["policy"] in ("raygpu", "raygpu+guard"))
     scale_up = [r for r in rows if r["policy"] == "scale-up"]  # one plan per reservation, retries included
     assert all(r["plan_gang_calls"] == r["reservations"] >= r["gangs"] and r["unfinished"] == 0 for r in scale_up)
     assert all(r["max_in_flight"] <= result["params"]["scale_up"]["in_flight"] == 4 for r in scale_up)
@@ -59,6 +62,8 @@ def test_gang_admission_quick() -> None:
     assert all(r["held_idle_gpu_h"] >= 0 and r["reservations"] >= r["started_by_reservation"] for r in guard)
     assert result["params"]["backfill"] == "all" and result["clusters"]["quick"]["pools"] == 1  # quick: one scope
     assert all(r["pools"] == 1 and r["max_reservations_at_once"] <= 1 for r in guard)
+    assert all(r["max_blocked_s"] <= result["params"]["max_hold_s"] + 1 for r in guard)  # max-hold bounds it in all
+    assert all(g["best_reserving"] in ("easy-backfill", "volcano-reserve", "kueue-strictfifo") for g in result["goal"])
     assert [(g["size"], g["seed"]) for g in result["goal"]] == [("quick", result["params"]["seeds"][0])] * len(shares)
 
 
