@@ -209,10 +209,9 @@ class GuardSim(Sim):
     def schedule(self) -> None:
         for pool in list(self.holds):
             self._step_hold(pool)
-        ended = {j.jid for j in self.waiting if j.start is not None}
         still = []
         for j in self.waiting:
-            if j.start is not None or j.jid in ended:
+            if j.start is not None:  # swapped in just now
                 continue
             if self.guarded(j):  # gated: only the swap places it
                 still.append(j)

@@ -9,8 +9,10 @@ all-or-nothing. In every policy a gang goes only to its node pool's nodes
 fourth policy (``raygpu+guard``) is ``benchmarks._gang_admission_guard``; the
 fifth (``scale-up``: unmodified jobs, the sidecar makes the same reservation
 after a reaction delay, at most 4 in flight per pool, oldest first) is
-``benchmarks._gang_admission_scale_up``. ``Sim.on_arrive`` and
-``Sim.on_other_event`` are their hooks.
+``benchmarks._gang_admission_scale_up``; the reserving peers (``easy-backfill``,
+``volcano-reserve``, ``kueue-strictfifo``) are ``benchmarks._gang_admission_peers``.
+``Sim.on_arrive``, ``Sim.on_end`` and ``Sim.on_other_event`` are their hooks; ``packing``
+picks the node choice (first fit, or MostAllocated on GPUs) for every policy.
 Simulated seconds, not timings.
 """
 

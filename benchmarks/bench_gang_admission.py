@@ -38,13 +38,13 @@ Policies (placement is first-fit over nodes in trace order, FIFO over jobs):
   into pods of a RayCluster with 1/2/4/8-GPU worker groups (its own choice of
   template and packing, given the free GPUs per node at that moment), and the
   pods are admitted all-or-nothing.
-* ``raygpu+guard``: ``raygpu`` plus the starvation guard of issue 11 item 2:
-  one reservation per scope (node pool) for the oldest blocked gang, held GPUs
-  counted as held idle, max-hold, backfill by runtime hint (see
-  ``benchmarks/_gang_admission_guard.py``; ASSUMPTION: a hint is the job's
-  exact duration). ``--backfill all`` (default): every job has a hint and may
-  backfill; ``gangs``: the product's rule, only raygpu gangs have hints and
-  backfill, singles' ends are unknown; ``none`` (alias ``--no-hints``).
+* ``raygpu+guard``: ``raygpu`` plus the starvation guard as the product decides it: the product's
+  ``raygpu.plan.guard`` / ``raygpu.plan.backfill`` functions run on the simulator's state (see
+  ``benchmarks/_gang_admission_guard.py``): guarded gangs wait gated in one line per scope (node pool), one
+  holder per scope, blockers hold whole nodes, max-hold bounds a gang's blocked time in all, then it is rolled
+  back (ASSUMPTION: it retries at once, unguarded). ``--backfill all`` (default): every job has a hint (its
+  exact duration) and may backfill if not in line; ``gangs``: the product's rule, only raygpu gangs have
+  hints, singles' ends are unknown; ``none`` (alias ``--no-hints``).
 * ``scale-up``: unmodified jobs plus the sidecar's gang scale-up (see
   ``benchmarks/_gang_admission_scale_up.py``): jobs do not call raygpu; each
   gang's PG waits in Ray until a sidecar cycle (every 10 s) that comes at least
@@ -55,6 +55,12 @@ Policies (placement is first-fit over nodes in trace order, FIFO over jobs):
   rolled back and retried after a back-off (30 s doubling, at most 600 s).
   ``--scale-up-interval-s``, ``--scale-up-grace-s``, ``--scale-up-in-flight``
   and ``--scale-up-timeout-s`` change them, to tell apart what each costs.
+
+The peers that reserve (``benchmarks/_gang_admission_peers.py``, on the trace's shapes, all-or-nothing):
+``easy-backfill`` (Slurm-like EASY backfill, exact runtimes, one reservation per pool), ``volcano-reserve``
+(Volcano's elect + reserve: the elected gang locks nodes, no backfill), ``kueue-strictfifo`` (one StrictFIFO
+queue per pool, admission by fit). ``--packing most-allocated`` runs every policy with kube-scheduler's
+``MostAllocated`` on GPUs as the node choice (``first-fit``: node order, the default).
 
 Node pools (``--pools P``; default full 8, quick 1): nodes round-robin into P
 pools, each gang pinned to pool crc32(name) % P in every policy (a RayCluster
@@ -69,14 +75,16 @@ Deadlock: a moment where some waiting gang holds pods and no waiting job
 could complete even if every running job finished (only preemption helps).
 Metrics: GPU-hours held by partially placed gangs, GPU-hours held idle by
 the guard's reservations, deadlock episodes and hours, gang wait p50/p95 and
-single-pod wait p95 (arrival to start), GPU busy (mean fraction of GPUs used
-by running jobs), GPU allocation over time (plot). Goal (issue 11): the
-guard's p95 gang wait <= 0.8 x the best other policy's, per run.
+single-pod wait p95 (arrival to start), gang wait p99, hold time-outs, GPU busy (mean fraction of GPUs used
+by running jobs), GPU allocation over time (plot). Goal (issue 29): the
+guard's p95 gang wait <= 1.0 x the best reserving peer's and <= 0.8 x the best non-reserving policy's,
+with 0 GPU-h half-placed, per run.
 
     python -m benchmarks.bench_gang_admission            # 1,213 nodes, 6,000 jobs, 20% gangs
     python -m benchmarks.bench_gang_admission --quick    # 152 nodes, 1,200 jobs, 20% gangs
     python -m benchmarks.bench_gang_admission --sizes full quick --seeds 1 2 3   # the table of docs/benchmarks.md
     python -m benchmarks.bench_gang_admission --sizes full quick --seeds 1 2 3 --backfill gangs   # the product's rule
+    python -m benchmarks.bench_gang_admission --packing first-fit most-allocated   # issue 29's table
     python -m benchmarks.bench_gang_admission --json
 """
 
