@@ -98,3 +98,42 @@ def test_no_hints_is_backfill_none_and_modes_are_checked():
     from benchmarks.bench_gang_admission import main
     with pytest.raises(SystemExit):
         main(["--no-hints", "--backfill", "gangs"])
+
+
+def line() -> list[Job]:
+    """Nodes of 8 and 2 GPUs. t=1: a single (100 s) on the 8-GPU node; t=2: an 8-GPU gang (waits: holds that
+    node); t=3: a 2-GPU gang (10 s) that would fit on the 2-GPU node at once."""
+    return [Job(0, "a", 1.0, 100.0, 1, 1, gang=False, queued=1.0), Job(1, "big", 2.0, 50.0, 2, 4, gang=True, queued=2.0),
+            Job(2, "small", 3.0, 10.0, 2, 1, gang=True, queued=3.0)]
+
+
+def test_a_guarded_gang_waits_gated_in_line_even_where_it_would_fit():
+    jobs = line()
+    Sim("raygpu", np.array([8, 2]), jobs, give_up_s=3600.0).run()
+    assert jobs[2].start == 3.0  # unguarded: it fits at once
+    jobs = line()
+    result = GuardSim(np.array([8, 2]), jobs, give_up_s=3600.0).run()
+    assert jobs[1].start == 101.0 and jobs[2].start == 101.0  # behind the holder, then swapped in at once
+    assert result["reservations"] == result["started_by_reservation"] == 2
+
+
+def test_the_product_plan_functions_decide(monkeypatch):
+    """The benchmark calls raygpu.plan.guard / raygpu.plan.backfill, not a model of them."""
+    import benchmarks._gang_admission_guard as bench_guard
+    from raygpu.plan import backfill, guard
+
+    calls: dict[str, int] = {}
+    for mod, name in [(guard, "choose_nodes"), (guard, "plan_hold"), (guard, "decide_lease"),
+                      (backfill, "decide_backfill")]:
+        real = getattr(mod, name)
+        assert getattr(bench_guard, name) is real
+
+        def counting(*a, _real=real, _name=name, **k):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _real(*a, **k)
+
+        monkeypatch.setattr(bench_guard, name, counting)
+    jobs = stream()
+    jobs[2].dur = 50.0  # backfills (decide_backfill gives it the pass)
+    GuardSim(np.array([8]), jobs, give_up_s=3600.0).run()
+    assert set(calls) == {"choose_nodes", "plan_hold", "decide_lease", "decide_backfill"}
