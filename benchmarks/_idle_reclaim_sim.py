@@ -58,6 +58,8 @@ class Params:
     step_s: float
     quantile: float = 0.8  # auto: the keep-warm quantile
     oracle: list[int] | None = None  # oracle: per step, the workers demand will need (perfect foresight)
+    warm_step_s: float | None = None  # auto: the learner's sample step (default step_s)
+    hold_startups: float = 0.0  # auto: WarmSettings.hold_startups
 
 
 class Sim:
@@ -82,7 +84,8 @@ class Sim:
         self.decision_s = 0.0
         self.raygpu_reasons: Counter = Counter()
         # auto: the sidecar's keep-warm learner, fed what the sidecar would see (plan.warm)
-        self.warm = WarmSettings(quantile=p.quantile, step_s=p.step_s, fallback_timeout_s=p.idle_timeout_s)
+        self.warm = WarmSettings(quantile=p.quantile, step_s=p.warm_step_s or p.step_s, hold_startups=p.hold_startups,
+                                 fallback_timeout_s=p.idle_timeout_s)
         self.warm_history = WarmHistory()
         self.startups: list[float] = []  # pod start-ups seen this step (creation -> Ray node up)
         self.warm_targets: list[int] = []
@@ -204,6 +207,12 @@ class Sim:
     # ---- decisions
     def _decide(self, now: float) -> None:
         t0 = time.perf_counter()
+        if self.policy == "ray-v2" and self._quiet(now, self.p.idle_timeout_s):
+            # nothing Ray could act on: no pending demand (no launch) and no worker idle as long as the
+            # timeout (no termination); the call is skipped, its reply would be empty (counted, not timed)
+            self.m["decision_skipped"] += 1
+            self._count_kept_past_timeout(now, set())
+            return
         if self.policy == "ray-v2":
             reply = self.scheduler.schedule(self.ray_request(now, self.p.idle_timeout_s))
             self.m["decision_calls"] += 1
@@ -225,12 +234,26 @@ class Sim:
         for name in doomed:
             self._delete(name, now)
         if self.policy != "ray-v2":  # Ray's autoscaler still scales up, on the state after raygpu's deletions
+            if self._quiet(now, None):
+                return  # no pending demand: Ray launches nothing (min_replicas is 0 or already met)
             reply = self.scheduler.schedule(self.ray_request(now, None))
             self.m["other_terminations"] += len(reply.to_terminate)
         for lr in reply.to_launch:
             for _ in range(lr.count):
                 self._create(now)
                 self.m["launches"] += 1
+
+    def _quiet(self, now: float, idle_timeout_s: float | None) -> bool:
+        """True when Ray's ``schedule`` would return nothing: no waiting stream, no pending PG, no pod short of
+        min_replicas and (with a timeout) no live worker idle for the timeout or longer."""
+        if self.pending or any(s.waiting_since_s is not None for s in self.streams):
+            return False
+        if len(self.pods) < self.p.min_replicas:
+            return False
+        if idle_timeout_s is None:
+            return True
+        return not any(pod.idle_since_s is not None and now - pod.idle_since_s >= idle_timeout_s - 1e-6
+                       for pod in self.pods.values() if pod.up)
 
     def _policy(self, now: float, base: ReclaimPolicy) -> ReclaimPolicy:
         return keep_warm_policy(self, now, base)  # raygpu: base; auto and oracle: benchmarks._idle_reclaim_warm
