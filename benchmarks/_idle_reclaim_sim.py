@@ -87,6 +87,8 @@ class Sim:
         self.warm = WarmSettings(quantile=p.quantile, step_s=p.warm_step_s or p.step_s, hold_startups=p.hold_startups,
                                  fallback_timeout_s=p.idle_timeout_s)
         self.warm_history = WarmHistory()
+        self._last_sig: tuple | None = None  # the state of the last schedule call whose reply was empty
+        self._call_sig: tuple | None = None
         self.startups: list[float] = []  # pod start-ups seen this step (creation -> Ray node up)
         self.warm_targets: list[int] = []
         # Warm start: one live pod per stream busy at step 0 (t = 0), identical for both policies.
@@ -207,14 +209,14 @@ class Sim:
     # ---- decisions
     def _decide(self, now: float) -> None:
         t0 = time.perf_counter()
-        if self.policy == "ray-v2" and self._quiet(now, self.p.idle_timeout_s):
-            # nothing Ray could act on: no pending demand (no launch) and no worker idle as long as the
-            # timeout (no termination); the call is skipped, its reply would be empty (counted, not timed)
+        if self.policy == "ray-v2" and self._skip(now, self.p.idle_timeout_s):
+            # Ray's reply is known to be empty (see _skip): the call is skipped (counted, not timed)
             self.m["decision_skipped"] += 1
             self._count_kept_past_timeout(now, set())
             return
         if self.policy == "ray-v2":
             reply = self.scheduler.schedule(self.ray_request(now, self.p.idle_timeout_s))
+            self._remember(reply)
             self.m["decision_calls"] += 1
             doomed = self._ray_terminations(reply)
             self.decision_s += time.perf_counter() - t0
@@ -234,14 +236,42 @@ class Sim:
         for name in doomed:
             self._delete(name, now)
         if self.policy != "ray-v2":  # Ray's autoscaler still scales up, on the state after raygpu's deletions
-            if self._quiet(now, None):
-                return  # no pending demand: Ray launches nothing (min_replicas is 0 or already met)
+            if self._skip(now, None):
+                return  # Ray's reply is known to be empty (see _skip)
             reply = self.scheduler.schedule(self.ray_request(now, None))
+            self._remember(reply)
             self.m["other_terminations"] += len(reply.to_terminate)
         for lr in reply.to_launch:
             for _ in range(lr.count):
                 self._create(now)
                 self.m["launches"] += 1
+
+    def _skip(self, now: float, idle_timeout_s: float | None) -> bool:
+        """True when Ray's ``schedule`` would return nothing, so it need not be called: the state is quiet
+        (``_quiet``), or it is the very state of the last call, whose reply was empty, and (with a timeout) no
+        worker is idle for the timeout. The call is a function of the request: the same request, the same
+        reply; only idle durations grow, and they matter only past the timeout."""
+        if self._quiet(now, idle_timeout_s):
+            return True
+        sig = self._signature()
+        if sig == self._last_sig and (idle_timeout_s is None or not self._past(now, idle_timeout_s)):
+            return True
+        self._call_sig = sig
+        return False
+
+    def _remember(self, reply) -> None:
+        self._last_sig = None if (reply.to_launch or reply.to_terminate) else self._call_sig
+
+    def _signature(self) -> tuple:
+        """Everything of the state Ray's request carries, but idle durations."""
+        return (sum(1 for s in self.streams if s.waiting_since_s is not None),
+                tuple((pg.pg_id, tuple(n is None for n in pg.nodes)) for pg in self.pending),
+                tuple((pod.name, pod.up, pod.idle_since_s is None, self._free(pod), tuple(sorted(pod.bundles)))
+                      for pod in self.pods.values()))
+
+    def _past(self, now: float, idle_timeout_s: float) -> bool:
+        return any(pod.idle_since_s is not None and now - pod.idle_since_s >= idle_timeout_s - 1e-6
+                   for pod in self.pods.values() if pod.up)
 
     def _quiet(self, now: float, idle_timeout_s: float | None) -> bool:
         """True when Ray's ``schedule`` would return nothing: no waiting stream, no pending PG, no pod short of
@@ -252,8 +282,7 @@ class Sim:
             return False
         if idle_timeout_s is None:
             return True
-        return not any(pod.idle_since_s is not None and now - pod.idle_since_s >= idle_timeout_s - 1e-6
-                       for pod in self.pods.values() if pod.up)
+        return not self._past(now, idle_timeout_s)
 
     def _policy(self, now: float, base: ReclaimPolicy) -> ReclaimPolicy:
         return keep_warm_policy(self, now, base)  # raygpu: base; auto and oracle: benchmarks._idle_reclaim_warm
