@@ -58,6 +58,8 @@ class Params:
     step_s: float
     quantile: float = 0.8  # auto: the keep-warm quantile
     oracle: list[int] | None = None  # oracle: per step, the workers demand will need (perfect foresight)
+    warm_step_s: float | None = None  # auto: the learner's sample step (default step_s)
+    hold_startups: float = 0.0  # auto: WarmSettings.hold_startups
 
 
 class Sim:
@@ -82,8 +84,11 @@ class Sim:
         self.decision_s = 0.0
         self.raygpu_reasons: Counter = Counter()
         # auto: the sidecar's keep-warm learner, fed what the sidecar would see (plan.warm)
-        self.warm = WarmSettings(quantile=p.quantile, step_s=p.step_s, fallback_timeout_s=p.idle_timeout_s)
+        self.warm = WarmSettings(quantile=p.quantile, step_s=p.warm_step_s or p.step_s, hold_startups=p.hold_startups,
+                                 fallback_timeout_s=p.idle_timeout_s)
         self.warm_history = WarmHistory()
+        self._last_sig: tuple | None = None  # the state of the last schedule call whose reply was empty
+        self._call_sig: tuple | None = None
         self.startups: list[float] = []  # pod start-ups seen this step (creation -> Ray node up)
         self.warm_targets: list[int] = []
         # Warm start: one live pod per stream busy at step 0 (t = 0), identical for both policies.
@@ -204,8 +209,14 @@ class Sim:
     # ---- decisions
     def _decide(self, now: float) -> None:
         t0 = time.perf_counter()
+        if self.policy == "ray-v2" and self._skip(now, self.p.idle_timeout_s):
+            # Ray's reply is known to be empty (see _skip): the call is skipped (counted, not timed)
+            self.m["decision_skipped"] += 1
+            self._count_kept_past_timeout(now, set())
+            return
         if self.policy == "ray-v2":
             reply = self.scheduler.schedule(self.ray_request(now, self.p.idle_timeout_s))
+            self._remember(reply)
             self.m["decision_calls"] += 1
             doomed = self._ray_terminations(reply)
             self.decision_s += time.perf_counter() - t0
@@ -225,12 +236,53 @@ class Sim:
         for name in doomed:
             self._delete(name, now)
         if self.policy != "ray-v2":  # Ray's autoscaler still scales up, on the state after raygpu's deletions
+            if self._skip(now, None):
+                return  # Ray's reply is known to be empty (see _skip)
             reply = self.scheduler.schedule(self.ray_request(now, None))
+            self._remember(reply)
             self.m["other_terminations"] += len(reply.to_terminate)
         for lr in reply.to_launch:
             for _ in range(lr.count):
                 self._create(now)
                 self.m["launches"] += 1
+
+    def _skip(self, now: float, idle_timeout_s: float | None) -> bool:
+        """True when Ray's ``schedule`` would return nothing, so it need not be called: the state is quiet
+        (``_quiet``), or it is the very state of the last call, whose reply was empty, and (with a timeout) no
+        worker is idle for the timeout. The call is a function of the request: the same request, the same
+        reply; only idle durations grow, and they matter only past the timeout."""
+        if self._quiet(now, idle_timeout_s):
+            return True
+        sig = self._signature()
+        if sig == self._last_sig and (idle_timeout_s is None or not self._past(now, idle_timeout_s)):
+            return True
+        self._call_sig = sig
+        return False
+
+    def _remember(self, reply) -> None:
+        self._last_sig = None if (reply.to_launch or reply.to_terminate) else self._call_sig
+
+    def _signature(self) -> tuple:
+        """Everything of the state Ray's request carries, but idle durations."""
+        return (sum(1 for s in self.streams if s.waiting_since_s is not None),
+                tuple((pg.pg_id, tuple(n is None for n in pg.nodes)) for pg in self.pending),
+                tuple((pod.name, pod.up, pod.idle_since_s is None, self._free(pod), tuple(sorted(pod.bundles)))
+                      for pod in self.pods.values()))
+
+    def _past(self, now: float, idle_timeout_s: float) -> bool:
+        return any(pod.idle_since_s is not None and now - pod.idle_since_s >= idle_timeout_s - 1e-6
+                   for pod in self.pods.values() if pod.up)
+
+    def _quiet(self, now: float, idle_timeout_s: float | None) -> bool:
+        """True when Ray's ``schedule`` would return nothing: no waiting stream, no pending PG, no pod short of
+        min_replicas and (with a timeout) no live worker idle for the timeout or longer."""
+        if self.pending or any(s.waiting_since_s is not None for s in self.streams):
+            return False
+        if len(self.pods) < self.p.min_replicas:
+            return False
+        if idle_timeout_s is None:
+            return True
+        return not self._past(now, idle_timeout_s)
 
     def _policy(self, now: float, base: ReclaimPolicy) -> ReclaimPolicy:
         return keep_warm_policy(self, now, base)  # raygpu: base; auto and oracle: benchmarks._idle_reclaim_warm

@@ -35,7 +35,8 @@ def keep_warm_policy(sim: "Sim", now: float, base: ReclaimPolicy) -> ReclaimPoli
         if t.warm is None:
             return base.model_copy(update={"group_idle_timeout_s": {GROUP: t.fallback_timeout_s}})
         sim.warm_targets.append(t.warm)
-        return base.model_copy(update={"warm_targets": {GROUP: t.warm}, "warm_reasons": {GROUP: t.reason}})
+        return base.model_copy(update={"warm_targets": {GROUP: t.warm}, "warm_reasons": {GROUP: t.reason},
+                                       "warm_hold_s": {GROUP: t.hold_s} if t.hold_s > 0 else {}})
     if sim.policy == "oracle":
         d = sim.p.oracle or []
         i = int(round(now / sim.p.step_s))

@@ -1,6 +1,6 @@
 """Idle reclaim on real GPU duty cycles: Ray autoscaler v2's idle termination vs raygpu's reclaimer.
 
-A discrete-time simulation, one step per trace sample (57 s), of ``--clusters``
+A discrete-time simulation, ``--substeps`` (6) steps per trace sample (9.5 s steps), of ``--clusters``
 RayClusters with one worker group ``gpu`` of ``--gpus-per-pod`` GPUs per pod.
 What is real and what is synthesized:
 
@@ -53,10 +53,14 @@ Policies (scale-down only), run side by side in one run: ``ray-v2`` at each fixe
 * ``oracle``: the same, keeping warm the exact rise of future demand over the next
   start-up window (perfect foresight; the bound of a keep-warm policy).
 
-The Pareto plot (``idle_reclaim_pareto.png``: idle GPU-h vs waiting GPU-h, marker
-area ~ launches) and the goal check (``_idle_reclaim_pareto.py``: at ``auto``'s idle
-GPU-h, PG wait p95 <= 0.5x and launches <= 0.9x of the interpolated fixed curve,
-said plainly when not met) come from the same run.
+Every fixed row is a real run: the sweep, then a bisection of the timeout (``--match-tolerance``, 2%;
+``--max-probes``) until one row's idle GPU-h is that close to ``auto``'s; nothing is interpolated. The
+goal check (``_idle_reclaim_pareto.py``) compares ``auto`` with the real row of the nearest idle GPU-h not
+above its own: launches <= 0.85x, PG wait p95 <= 0.5x, waiting GPU-h <= 1.0x, said plainly when not met.
+The perfect-foresight bound (``_idle_reclaim_bound.py``: fewest launches with zero waiting for an idle
+GPU-h budget, and the reverse) is printed with where every row sits against it, and drawn on the Pareto
+plot (``idle_reclaim_pareto.png``: left idle GPU-h vs waiting GPU-h, marker area ~ launches; right idle
+GPU-h vs launches with the bound). ``--auto-hold`` sets ``auto``'s hold (``WarmSettings.hold_startups``).
 
 Metrics (summed over clusters): idle GPU-h (GPUs of live workers with no task
 and no bundle), provisioned GPU-h (all pods, starting ones included), waiting
@@ -96,6 +100,7 @@ from typing import Any
 from benchmarks._common import machine, machine_line, need_traces, percentile, print_table, save_plot
 from benchmarks._idle_reclaim_sim import Params, Sim
 from benchmarks._idle_reclaim_trace import MEMBER, PG, TRACE, Trace, busy_series, load_trace, make_pgs
+from benchmarks._idle_reclaim_bound import bound, demand_floor, place
 from benchmarks._idle_reclaim_pareto import goal_check, pareto_plot
 from benchmarks._idle_reclaim_warm import oracle_demand
 from raygpu.model.reclaim import ReclaimReason
@@ -106,25 +111,22 @@ FIXED_TIMEOUTS_S = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0)
 def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, steps: int) -> dict[str, Any]:
     """Simulate every cluster under one policy; cap 0 = each cluster's streams + 8 (never binding in practice).
     ``auto`` uses ``timeout_s`` as its fallback; ``oracle`` is told the future demand."""
-    streams_all = [busy_series(trace.samples[p], trace.n_steps, args.busy_threshold) for p in stream_ids(trace, args)]
-    per_cluster: list[list[list[int]]] = [[] for _ in range(args.clusters)]
-    for k, s in enumerate(streams_all):
-        per_cluster[k % args.clusters].append(s)
+    step_s = trace.step_s / args.substeps
+    per_cluster, all_pgs = cluster_inputs(trace, args, steps)
     sims: list[Sim] = []
     arrived: list[list[PG]] = []
-    for c, streams in enumerate(per_cluster):
-        pgs = make_pgs(c, args.seed, steps * trace.step_s, args.pg_rate, args.spread_share, args.pg_life_min,
-                       args.gpus_per_pod, args.pg_max_bundles)
+    for c, (streams, pgs) in enumerate(zip(per_cluster, all_pgs)):
         arrived.append(list(pgs))
-        oracle = oracle_demand(streams, pgs, steps, trace.step_s, args.gpus_per_pod) if policy == "oracle" else None
+        oracle = oracle_demand(streams, pgs, steps, step_s, args.gpus_per_pod) if policy == "oracle" else None
         p = Params(gpus_per_pod=args.gpus_per_pod, idle_timeout_s=timeout_s, startup_s=args.startup_s,
-                   min_replicas=args.min_replicas, max_replicas=cap or (len(streams) + 8), step_s=trace.step_s,
-                   quantile=args.quantile, oracle=oracle)
+                   min_replicas=args.min_replicas, max_replicas=cap or (len(streams) + 8), step_s=step_s,
+                   quantile=args.quantile, oracle=oracle, warm_step_s=trace.step_s,
+                   hold_startups=args.auto_hold)
         sims.append(Sim(c, policy, streams, pgs, p, shadow=not args.no_shadow))
     for i in range(steps):
         for sim in sims:
             sim.step(i)
-    end_s = steps * trace.step_s
+    end_s = steps * step_s
     m: Counter = Counter()
     waits: list[float] = []
     reasons: Counter = Counter()
@@ -172,6 +174,7 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
         "contested_steps": m["contested_steps"],
         "max_pods": m["max_pods"],
         "decision_calls": m["decision_calls"],
+        "decision_skipped": m["decision_skipped"],
         "decision_ms_mean": round(m["decision_s"] * 1e3 / m["decision_calls"], 2) if m["decision_calls"] else None,
     }
     if policy == "ray-v2":
@@ -186,6 +189,38 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
         row["raygpu_needed_by_pending_pg"] = reasons.get(ReclaimReason.NEEDED_BY_PENDING_PG.value, 0)
         row["raygpu_holds_bundle"] = reasons.get(ReclaimReason.HOLDS_BUNDLE.value, 0)
     return {"row": row, "series": series}
+
+
+def cluster_inputs(trace: Trace, args, steps: int) -> tuple[list[list[list[int]]], list[list[PG]]]:
+    """Per cluster: its streams' busy series (each trace sample held for ``--substeps`` steps) and its PGs."""
+    k = args.substeps
+    streams_all = [[b for b in busy_series(trace.samples[p], trace.n_steps, args.busy_threshold) for _ in range(k)]
+                   for p in stream_ids(trace, args)]
+    per_cluster: list[list[list[int]]] = [[] for _ in range(args.clusters)]
+    for i, s in enumerate(streams_all):
+        per_cluster[i % args.clusters].append(s)
+    pgs = [make_pgs(c, args.seed, steps * trace.step_s / k, args.pg_rate, args.spread_share, args.pg_life_min,
+                    args.gpus_per_pod, args.pg_max_bundles) for c in range(args.clusters)]
+    return per_cluster, pgs
+
+
+def probe_timeouts(group: list[dict[str, Any]], target: float, tol: float, max_probes: int, run) -> list[float]:
+    """Bisect the fixed timeout, one real ``ray-v2`` run per probe (``run(t)`` returns its row, appended to
+    ``group``), until a row's idle GPU-h is within ``tol`` (relative) of ``target`` or ``max_probes`` ran or
+    the bracket is under one second. Idle GPU-h grows with the timeout; nothing is interpolated."""
+    probed: list[float] = []
+    for _ in range(max_probes):
+        fixed = [r for r in group if r["policy"] == "ray-v2"]
+        if any(abs(r["idle_gpu_h"] - target) <= tol * target for r in fixed):
+            break
+        lo = max((r["idle_timeout_s"] for r in fixed if r["idle_gpu_h"] < target), default=None)
+        hi = min((r["idle_timeout_s"] for r in fixed if r["idle_gpu_h"] > target), default=None)
+        if lo is None or hi is None or hi - lo < 1.0:
+            break
+        t = round((lo + hi) / 2, 1)
+        group.append(run(t))
+        probed.append(t)
+    return probed
 
 
 def stream_ids(trace: Trace, args) -> tuple[str, ...]:
@@ -224,6 +259,12 @@ COLUMNS = [("idle_timeout_s", "timeout s", ".0f"), ("max_replicas", "cap", "d"),
            ("decision_ms_mean", "decide ms", ".1f")]
 
 
+BOUND_COLUMNS = [("policy", "policy", ""), ("idle_timeout_s", "timeout s", ".1f"), ("idle_gpu_h", "idle GPU-h", ".2f"),
+                 ("launches", "launches", "d"), ("bound_launches_at_idle", "bound launches @idle", "d"),
+                 ("launches_over_bound", "launches / bound", ".2f"),
+                 ("bound_idle_gpu_h_at_launches", "bound idle GPU-h @launches", ".2f")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="24 streams, 3 h, 1 cluster")
@@ -232,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quantile", type=float, default=0.8, help="auto: the keep-warm quantile (default 0.8)")
     ap.add_argument("--auto-fallback", type=float, default=300.0,
                     help="auto: the fixed idle timeout until enough history (default 300 s)")
+    ap.add_argument("--auto-hold", type=float, default=0.0,
+                    help="auto: raygpu.io/warm-hold, idle start-ups before a worker beyond the target goes (default 0)")
     ap.add_argument("--with-raygpu", action="store_true",
                     help="also run raygpu's plan_reclaim with each fixed timeout (it matched ray-v2 at every step)")
     ap.add_argument("--no-shadow", action="store_true",
@@ -250,7 +293,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg-max-bundles", type=int, default=4, help="bundles per PG: uniform 1..this")
     ap.add_argument("--pg-life-min", type=float, default=20.0, help="mean PG lifetime once placed, minutes")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--substeps", type=int, default=6,
+                    help="simulation steps per trace sample (default 6: 9.5 s steps on the 57 s trace)")
+    ap.add_argument("--match-tolerance", type=float, default=0.02,
+                    help="bisect the fixed timeout (real runs) until one row's idle GPU-h is this close to auto's")
+    ap.add_argument("--max-probes", type=int, default=8, help="at most this many bisection runs per cap")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save-json", default=None, metavar="PATH", help="also write the JSON result to PATH")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
     if not need_traces(TRACE):
@@ -265,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     trace = load_trace()
     load_s = time.perf_counter() - t_start
     hours = args.hours or (3.0 if args.quick else None)
-    steps = min(trace.n_steps, int(round(hours * 3600 / trace.step_s))) if hours else trace.n_steps
-    rows, plots, goals = [], [], []
+    steps = (min(trace.n_steps, int(round(hours * 3600 / trace.step_s))) if hours else trace.n_steps) * args.substeps
+    step_s = trace.step_s / args.substeps
+    rows, plots, goals, bounds = [], [], [], []
     suffix = "_quick" if args.quick else ""
     for cap in caps:
         series: dict[str, Any] = {}
@@ -276,25 +326,41 @@ def main(argv: list[str] | None = None) -> int:
         group = []
         for pol, timeout in runs:
             out = run_policy(pol, trace, args, timeout, cap, steps)
-            rows.append(out["row"])
             group.append(out["row"])
             series[f"{pol} {timeout:.0f}s" if pol in ("ray-v2", "raygpu") else pol] = out["series"]
-        goal = goal_check(group)
+        auto = next(r for r in group if r["policy"] == "auto")
+        probe_timeouts(group, auto["idle_gpu_h"], args.match_tolerance, args.max_probes,  # real runs, into group
+                       lambda t: run_policy("ray-v2", trace, args, t, cap, steps)["row"])
+        group.sort(key=lambda r: (r["policy"] != "ray-v2", r["policy"], r["idle_timeout_s"]))
+        rows.extend(group)
+        per_cluster, all_pgs = cluster_inputs(trace, args, steps)
+        b = bound([demand_floor(st, pg, steps, step_s, args.gpus_per_pod) for st, pg in zip(per_cluster, all_pgs)],
+                  step_s, args.gpus_per_pod)
+        top = max(r["idle_gpu_h"] for r in group)
+        bounds.append({"max_replicas": cap or None, "launches_at_zero_idle": b.launches0, "gaps": len(b.gap_gpu_h),
+                       "frontier": [(round(x, 3), n) for x, n in b.curve(top, points=60)],
+                       "rows": place(b, group)})
+        goal = goal_check(group, args.match_tolerance)
         goal["max_replicas"] = cap or None
         goals.append(goal)
         if not args.no_plot:
             cap_s = f"max {cap} pods/cluster" if cap else "no cap"
             title = (f"alibaba-genai-v2026 duty cycles, {group[0]['streams']} streams in {args.clusters} RayCluster(s), "
-                     f"{cap_s}, start-up {args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, auto q={args.quantile:g}")
+                     f"{cap_s}, start-up {args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, auto q={args.quantile:g}, "
+                     f"step {step_s:.1f}s")
             tag = f"{f'_cap{cap}' if cap else ''}{suffix}"
-            plots.append(pareto_plot(group, f"idle_reclaim_pareto{tag}.png", title))
+            plots.append(pareto_plot(group, f"idle_reclaim_pareto{tag}.png", title, b.curve(top * 1.05)))
             shown = {k: v for k, v in series.items() if k in ("ray-v2 300s", "auto", "oracle")}
             plots.append(plot(shown, f"idle_reclaim_timeline{tag}.png", title))
     elapsed = time.perf_counter() - t_start
     params = {"idle_timeouts_s": [float(t) for t in timeouts], "auto_quantile": args.quantile,
-              "auto_fallback_s": args.auto_fallback, "clusters": args.clusters,
-              "streams": rows[0]["streams"], "steps": steps, "step_s": trace.step_s,
-              "hours": round(steps * trace.step_s / 3600, 2), "busy_threshold_pct": args.busy_threshold,
+              "auto_fallback_s": args.auto_fallback, "auto_hold_startups": args.auto_hold, "clusters": args.clusters,
+              "streams": rows[0]["streams"], "steps": steps, "step_s": round(step_s, 3),
+              "trace_step_s": trace.step_s, "substeps": args.substeps,
+              "match_tolerance": args.match_tolerance,
+              "probed_timeouts_s": sorted({r["idle_timeout_s"] for r in rows if r["policy"] == "ray-v2"}
+                                          - {float(t) for t in timeouts}),
+              "hours": round(steps * step_s / 3600, 2), "busy_threshold_pct": args.busy_threshold,
               "gpus_per_pod": args.gpus_per_pod, "startup_s": args.startup_s, "min_replicas": args.min_replicas,
               "max_replicas": caps, "pg_rate_per_h": args.pg_rate, "spread_share": args.spread_share,
               "pg_life_min": args.pg_life_min, "seed": args.seed, "quick": args.quick}
@@ -302,15 +368,25 @@ def main(argv: list[str] | None = None) -> int:
               "data": {"trace": f"alibaba-genai-v2026/{TRACE.name}:{MEMBER}", "trace_pods": len(trace.pods),
                        "trace_steps": trace.n_steps, "synthesized": "placement groups, pods, scale-up timing"},
               "elapsed_s": round(elapsed, 2), "trace_load_s": round(load_s, 2), "plots": plots, "rows": rows,
-              "goal": goals}
+              "goal": goals, "bound": bounds}
+    if args.save_json:
+        with open(args.save_json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(f"idle reclaim: {params['streams']} duty-cycle streams (alibaba-genai-v2026) in {args.clusters} RayCluster(s), "
-          f"{params['hours']} h in {trace.step_s:.0f}s steps, {args.gpus_per_pod:g} GPUs/pod, busy > "
+          f"{params['hours']} h in {step_s:.1f}s steps ({args.substeps} per {trace.step_s:.0f}s trace sample), {args.gpus_per_pod:g} GPUs/pod, busy > "
           f"{args.busy_threshold:g}%, start-up {args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, seed {args.seed}")
     print(machine_line(result["machine"]) + f"; simulated in {elapsed:.1f}s")
     print_table(rows, COLUMNS)
+    for bd in bounds:
+        print(f"perfect-foresight bound (zero waiting): {bd['launches_at_zero_idle']} launches at 0 idle GPU-h, "
+              f"{bd['gaps']} bridgeable gaps; frontier (idle GPU-h -> fewest launches):")
+        fr = bd["frontier"]
+        picks = [fr[round(j * (len(fr) - 1) / 8)] for j in range(9)] if len(fr) > 9 else fr
+        print("  " + ", ".join(f"{x:.1f} -> {n}" for x, n in picks))
+        print_table(bd["rows"], BOUND_COLUMNS)
     for g in goals:
         for line in g["lines"]:
             print(line)

@@ -21,7 +21,7 @@ from raygpu.model.labels import (GROUP_IDLE_TIMEOUT_PREFIX, GUARD_KEYS, GUARD_LE
                                  KEY_DOCTOR_INTERVAL, KEY_GANG_BACKEND, KEY_GANG_SCHEDULER_NAME, KEY_GUARD, KEY_GUARD_SCOPE, KEY_MAX_HOLD,
                                  KEY_GANG_SCALE_UP, KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT,
                                  KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_QUEUE, KEY_RECLAIM, KEY_RECONCILE, KEY_WARM_FALLBACK,
-                                 KEY_WARM_HISTORY, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX, dns_label)
+                                 KEY_WARM_HISTORY, KEY_WARM_HOLD, KEY_WARM_QUANTILE, POLICY_KEYS, PREFIX, dns_label)
 from raygpu.model.reclaim import ReclaimMode
 from raygpu.model.warm import WarmSettings
 
@@ -325,13 +325,24 @@ def _quantile(raw: str) -> float:
     return q
 
 
+def _hold(raw: str) -> float:
+    try:
+        h = float(raw.strip())
+    except ValueError:
+        raise ValueError("not a number; use start-ups from 0 to 100, e.g. 1") from None
+    if not math.isfinite(h) or not 0 <= h <= 100:
+        raise ValueError("a hold must be from 0 to 100 start-ups")
+    return h
+
+
 def _warm_settings(ann: dict[str, str], problems: list[AnnotationProblem]) -> WarmSettings:
     """The keep-warm knobs; each bad value is a problem and keeps its default."""
     defaults = WarmSettings()
     out: dict[str, float] = {}
     for key, field, parse in ((KEY_WARM_QUANTILE, "quantile", _quantile),
                               (KEY_WARM_HISTORY, "history_s", parse_duration_s),
-                              (KEY_WARM_FALLBACK, "fallback_timeout_s", parse_duration_s)):
+                              (KEY_WARM_FALLBACK, "fallback_timeout_s", parse_duration_s),
+                              (KEY_WARM_HOLD, "hold_startups", _hold)):
         if key in ann:
             try:
                 out[field] = parse(_text(ann[key]))

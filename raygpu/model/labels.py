@@ -29,6 +29,7 @@ GROUP_IDLE_TIMEOUT_PREFIX = KEY_IDLE_TIMEOUT + "."  # raygpu.io/idle-timeout.<wo
 KEY_WARM_QUANTILE = "raygpu.io/warm-quantile"  # 0 < q <= 1 (default 0.8): quantile of the demand rise kept warm
 KEY_WARM_HISTORY = "raygpu.io/warm-history"  # a duration (default 6h): how far back demand samples count
 KEY_WARM_FALLBACK = "raygpu.io/warm-fallback"  # a duration (default 300s): idle timeout until enough samples
+KEY_WARM_HOLD = "raygpu.io/warm-hold"  # 0..100 start-ups (default 0): idle time before a worker beyond the target goes
 KEY_RECLAIM = "raygpu.io/reclaim"  # off | dry-run | on (default dry-run): what the sidecar may write
 KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what the doctor may write
 # gang scale-up (raygpu.reclaim.scale_up, docs/gang-scale-up.md): the sidecar reserves a gang for each pending
@@ -44,7 +45,7 @@ KEY_GUARD_SCOPE = "raygpu.io/guard-scope"  # on a RayCluster: scope name (defaul
 GUARD_KEYS = (KEY_GUARD, KEY_MAX_HOLD, KEY_GUARD_SCOPE)
 KEY_DOCTOR_INTERVAL = "raygpu.io/doctor-interval"  # off (default) | 1m..24h: the sidecar runs the doctor's checks
 POLICY_KEYS = (*GUARD_KEYS, KEY_DOCTOR_INTERVAL, KEY_GANG_BACKEND, KEY_QUEUE, KEY_GANG_SCHEDULER_NAME, KEY_GANG_TEMPLATE, KEY_IDLE_TIMEOUT, KEY_RECLAIM, KEY_RECONCILE,
-               KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_GANG_SCALE_UP,
+               KEY_WARM_QUANTILE, KEY_WARM_HISTORY, KEY_WARM_FALLBACK, KEY_WARM_HOLD, KEY_GANG_SCALE_UP,
                KEY_GANG_SCALE_UP_IN_FLIGHT, KEY_GANG_SCALE_UP_TIMEOUT)
 
 # ---------------------------------------------------------------------------------------------

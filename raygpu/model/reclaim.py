@@ -52,16 +52,19 @@ class ReclaimPolicy(Frozen):
     # deletes the rest. warm_reasons says why (quantile, window, numbers). Empty: no group in auto.
     warm_targets: dict[str, int] = Field(default_factory=dict)
     warm_reasons: dict[str, str] = Field(default_factory=dict)
+    # Keep-warm group -> minimum idle time before a worker beyond the target goes (plan.warm's hold_s; absent or 0:
+    # at once). A worker idle less than this is kept (NotIdleLongEnough) and counts toward the target.
+    warm_hold_s: dict[str, float] = Field(default_factory=dict)
     # Kubernetes node -> why a GPU health agent (or NVML) marked it unhealthy (plan.common.health.unhealthy_nodes).
     # An idle worker there is a candidate without waiting for its idle timeout, goes first, is never kept warm
     # nor kept for a pending placement group. Empty: none, or the sidecar does not read nodes.
     unhealthy_nodes: dict[str, str] = Field(default_factory=dict)
 
     def idle_timeout_for_s(self, group: str) -> float:
-        """The idle timeout of ``group``: 0 for a keep-warm group (its target decides), else its override,
-        else the cluster-wide one."""
+        """The idle timeout of ``group``: a keep-warm group's hold (0 without one: its target decides), else its
+        override, else the cluster-wide one."""
         if group in self.warm_targets:
-            return 0.0
+            return self.warm_hold_s.get(group, 0.0)
         return self.group_idle_timeout_s.get(group, self.idle_timeout_s)
 
     @property

@@ -51,6 +51,9 @@ class WarmSettings(Frozen):
     fallback_timeout_s: float = Field(default=DEFAULT_FALLBACK_TIMEOUT_S, ge=0)
     min_samples: int = Field(default=MIN_SAMPLES, ge=1)
     step_s: float = Field(default=60.0, gt=0)
+    # hold_startups: an idle worker beyond the target goes only once idle this many measured start-ups (the
+    # group's median; ski rental's break-even: idle as long as a new pod takes to start). 0: at once.
+    hold_startups: float = Field(default=0.0, ge=0, le=100)
 
 
 class GroupHistory(Frozen):
@@ -76,6 +79,7 @@ class WarmTarget(Frozen):
     quantile: float = DEFAULT_QUANTILE
     window_s: float | None = None  # the start-up window the rise is measured over
     samples: int = 0  # demand rises the quantile was taken over
+    hold_s: float = 0.0  # idle time before a worker beyond the target goes (settings.hold_startups x start-up)
 
 
 class StateRepair(Frozen):

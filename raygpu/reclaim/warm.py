@@ -103,6 +103,7 @@ class WarmKeeper:
         policy = state.policy.model_copy(update={
             "warm_targets": {g: t.warm for g, t in targets.items() if t.warm is not None},
             "warm_reasons": {g: t.reason for g, t in targets.items() if t.warm is not None},
+            "warm_hold_s": {g: t.hold_s for g, t in targets.items() if t.warm is not None and t.hold_s > 0},
             "group_idle_timeout_s": {**state.policy.group_idle_timeout_s,
                                      **{g: t.fallback_timeout_s for g, t in targets.items() if t.warm is None}}})
         return state.model_copy(update={"policy": policy})

@@ -89,3 +89,42 @@ def test_without_warm_targets_the_plan_is_the_fixed_timeout_one():
 def test_every_keep_warm_decision_is_a_keep():
     p = plan(world().worker("a", idle_for_s=1).worker("b", idle_for_s=2), warm_targets={"gpu": 2})
     assert all(d.action is DecisionAction.KEEP for d in p.decisions) and not p.to_delete
+
+
+# ------------------------------------------------ the hold (ReclaimPolicy.warm_hold_s, WarmSettings.hold_startups)
+def test_a_hold_keeps_a_worker_beyond_the_target_until_idle_that_long():
+    w = world().worker("a", idle_for_s=900).worker("b", idle_for_s=100).worker("c", idle_for_s=5)
+    assert verdicts(plan(w, warm_targets={"gpu": 0})) == {"a": R.IDLE, "b": R.IDLE, "c": R.IDLE}
+    p = plan(w, warm_targets={"gpu": 0}, warm_hold_s={"gpu": 180.0})
+    assert verdicts(p) == {"a": R.IDLE, "b": R.NOT_IDLE_LONG_ENOUGH, "c": R.NOT_IDLE_LONG_ENOUGH}
+    assert p.decision("b").detail == "idle 100s < timeout 180s"
+
+
+def test_workers_within_the_hold_count_toward_the_target():
+    """Target 2, two workers within the hold: both are the warm ones, so the two past it go."""
+    w = (world().worker("a", idle_for_s=900).worker("b", idle_for_s=800).worker("c", idle_for_s=100)
+         .worker("d", idle_for_s=5))
+    p = plan(w, warm_targets={"gpu": 2}, warm_hold_s={"gpu": 180.0})
+    assert verdicts(p) == {"a": R.IDLE, "b": R.IDLE, "c": R.NOT_IDLE_LONG_ENOUGH, "d": R.NOT_IDLE_LONG_ENOUGH}
+    p = plan(w, warm_targets={"gpu": 3}, warm_hold_s={"gpu": 180.0})  # one more warm than the hold has
+    assert verdicts(p)["a"] == R.IDLE and verdicts(p)["b"] == R.KEEP_WARM
+
+
+def test_a_hold_without_a_target_is_ignored():
+    w = world().worker("a", idle_for_s=900).worker("b", idle_for_s=5)
+    assert plan(w, warm_hold_s={"gpu": 180.0}) == plan(w)
+
+
+def test_plan_warm_learns_the_hold_from_the_measured_startups():
+    from raygpu.model.warm import GroupHistory, WarmHistory, WarmSettings
+    from raygpu.plan.reclaim.warm import plan_warm
+
+    demand = tuple((60.0 * i, i % 3) for i in range(60))
+    h = WarmHistory(groups={"gpu": GroupHistory(demand=demand, startup_s=(150.0, 170.0, 400.0))})
+    now = 60.0 * 59
+    off = plan_warm(h, ["gpu"], now, WarmSettings())["gpu"]
+    on = plan_warm(h, ["gpu"], now, WarmSettings(hold_startups=1.0))["gpu"]
+    assert off.warm is not None and off.hold_s == 0.0 and "idle" not in off.reason.split(";")[-1]
+    assert on.warm == off.warm and on.hold_s == 170.0  # the median start-up
+    assert "beyond it, idle 170s first (1 start-ups)" in on.reason
+    assert plan_warm(h, ["gpu"], now, WarmSettings(hold_startups=0.5))["gpu"].hold_s == 85.0

@@ -95,6 +95,15 @@ def test_auto_is_parsed_per_cluster_and_per_group_and_bad_knobs_keep_their_defau
     assert not cp.is_auto("gpu") and cp.idle_timeout_s == 600 and problems[0].key == "raygpu.io/idle-timeout"
 
 
+def test_the_hold_is_parsed_in_startups_and_a_bad_one_keeps_zero():
+    cp, problems = parse_cluster_policy({"raygpu.io/idle-timeout": "auto", "raygpu.io/warm-hold": " 1.5"})
+    assert cp.warm.hold_startups == 1.5 and not problems
+    for bad in ("-1", "101", "nan", "3m"):
+        cp, problems = parse_cluster_policy({"raygpu.io/idle-timeout": "auto", "raygpu.io/warm-hold": bad})
+        assert cp.warm.hold_startups == 0.0
+        assert [(p.key, p.default_used) for p in problems] == [("raygpu.io/warm-hold", "0.0")], bad
+
+
 # ------------------------------------------------------------------ fallback, learning, explaining
 def test_until_enough_history_each_auto_group_has_the_fallback_timeout():
     w = World(FakeKube(auto_cluster(**{"raygpu.io/warm-fallback": "45s"})))

@@ -117,6 +117,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
     grace_s, live, drained_pods = policy.startup_grace_s, policy.live_reservations, policy.drained_pods
     unhealthy = policy.unhealthy_nodes
     timeouts = {g: policy.idle_timeout_for_s(g) for g in groups}
+    warm_hold = {g for g in groups if g in policy.warm_targets and timeouts[g] > 0}
+    within_hold: dict[str, int] = defaultdict(int)  # keep-warm group -> idle workers within its hold
     # per group: (its template, the names it lists in workersToDelete, its idle timeout, its reservation)
     per_group = {name: (g, listed[name], timeouts[name], name if name.startswith(RESERVATION_GROUP_PREFIX) else None)
                  for name, g in groups.items()}
@@ -173,6 +175,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
             reason, detail = R.NOT_IDLE_LONG_ENOUGH, "busy"
         elif idle_for_s < timeout_s and not (unhealthy and k8s_node in unhealthy):
             reason, detail = R.NOT_IDLE_LONG_ENOUGH, f"idle {idle_for_s:.0f}s < timeout {timeout_s:.0f}s"
+            if group in warm_hold:  # a keep-warm group's hold: this idle worker is warm capacity
+                within_hold[group] += 1
         else:
             reason = None
         if reason is None:
@@ -237,7 +241,8 @@ def plan_reclaim(snapshot: Snapshot, cluster: RayClusterView, policy: ReclaimPol
                  for w, key in zip(candidates, defrag_keys(candidates, occupants))]
         order.sort(key=_FIRST_TWO)  # the key ends with the pod name: no two are equal
         candidates = [w for _, _, w in order]
-    allowed = _warm_allowance(candidates, headroom, warm, unusable)
+    beyond_hold = {g: max(0, n - within_hold[g]) for g, n in warm.items()}  # idle workers within the hold are warm
+    allowed = _warm_allowance(candidates, headroom, beyond_hold, unusable)
     to_delete: dict[str, list[_Worker]] = defaultdict(list)
     for w in candidates:
         g = groups[w.group]

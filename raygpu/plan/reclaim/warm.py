@@ -131,9 +131,12 @@ def _target(group: str, h: GroupHistory, now_s: float, s: WarmSettings) -> WarmT
     now = demand[-1][1] if demand else 0
     over = (f"the {window_s:.0f}s start-up (median of {len(h.startup_s)})" if startup_s >= s.step_s else
             f"one {window_s:.0f}s sample step (start-up {startup_s:.0f}s, median of {len(h.startup_s)})")
-    return WarmTarget(warm=warm, window_s=window_s, samples=len(rises), reason=(
+    hold_s = s.hold_startups * startup_s
+    held = f"; beyond it, idle {hold_s:.0f}s first ({s.hold_startups:g} start-ups)" if hold_s > 0 else ""
+    return WarmTarget(warm=warm, window_s=window_s, samples=len(rises), hold_s=hold_s, reason=(
         f"keep {warm} warm = q{s.quantile:g} of the demand rise over {over}, {len(rises)} samples in the last "
-        f"{s.history_s / 3600:g}h (rise p50 {ordered[(len(ordered) - 1) // 2]}, max {ordered[-1]}; demand now {now})"),
+        f"{s.history_s / 3600:g}h (rise p50 {ordered[(len(ordered) - 1) // 2]}, max {ordered[-1]}; demand now {now})"
+        f"{held}"),
         **base)
 
 
