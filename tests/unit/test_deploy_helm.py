@@ -89,15 +89,20 @@ def test_the_chart_with_sidecar_policy_adds_the_objects_of_deploy_sidecar_policy
     assert [o["spec"] for o in objects(yaml.safe_dump_all(m.sidecar_policy_objects()))] == [o["spec"] for o in policies]
 
 
-def test_the_chart_with_gang_scale_up_adds_the_objects_of_deploy_sidecar_scale_up(tmp_path):
+def sidecar_overlay_with(tmp_path: Path, folder: str) -> list[dict]:
+    """kustomize's objects of an overlay (namespace ray, nameSuffix -llm) of deploy/sidecar and deploy/<folder>."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "namespace": "ray", "nameSuffix": "-llm",
         "resources": [os.path.relpath(REPO / "deploy" / "sidecar", overlay),
-                      os.path.relpath(REPO / "deploy" / "sidecar-scale-up", overlay)]}))
-    both = kustomize(overlay)
+                      os.path.relpath(REPO / "deploy" / folder, overlay)]}))
+    return kustomize(overlay)
+
+
+def test_the_chart_with_gang_scale_up_adds_the_objects_of_deploy_sidecar_scale_up(tmp_path):
+    both = sidecar_overlay_with(tmp_path, "sidecar-scale-up")
     expected = [o for o in both if "scale-up" in o["metadata"]["name"]]
     assert [(o["kind"], o["metadata"]["name"]) for o in expected] == [
         ("Role", "raygpu-sidecar-scale-up-llm"), ("RoleBinding", "raygpu-sidecar-scale-up-llm")]
@@ -108,14 +113,7 @@ def test_the_chart_with_gang_scale_up_adds_the_objects_of_deploy_sidecar_scale_u
 
 
 def test_the_chart_with_doctor_adds_the_objects_of_deploy_sidecar_doctor(tmp_path):
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "namespace": "ray", "nameSuffix": "-llm",
-        "resources": [os.path.relpath(REPO / "deploy" / "sidecar", overlay),
-                      os.path.relpath(REPO / "deploy" / "sidecar-doctor", overlay)]}))
-    both = kustomize(overlay)
+    both = sidecar_overlay_with(tmp_path, "sidecar-doctor")
     expected = [o for o in both if "doctor" in o["metadata"]["name"]]
     assert [(o["kind"], o["metadata"]["name"]) for o in expected] == [
         ("ClusterRole", "raygpu-sidecar-doctor-llm"), ("ClusterRoleBinding", "raygpu-sidecar-doctor-llm")]
