@@ -51,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
             from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
             pg = placement_group(bundles, strategy=args.strategy, name=args.name)
             emit("created", pg=pg.id.hex())
-            ready = _wait(lambda: placement_group_table(pg).get("state") == "CREATED", args.timeout_s)
-            emit("ready" if ready else "timeout", pg=pg.id.hex(), state=placement_group_table(pg).get("state"))
+            # released early (the caller's deadline passed: plain Ray deadlocked) ends the wait too
+            _wait(lambda: placement_group_table(pg).get("state") == "CREATED" or _released(args.release_file),
+                  args.timeout_s)
+            state = placement_group_table(pg).get("state")
+            emit("ready" if state == "CREATED" else "timeout", pg=pg.id.hex(), state=state)
             _wait_release(args.release_file)
             remove_placement_group(pg)
         else:
@@ -91,10 +94,14 @@ def _wait(cond, timeout_s: float) -> bool:
     return False
 
 
+def _released(path: str | None) -> bool:
+    return path is not None and os.path.exists(path)
+
+
 def _wait_release(path: str | None) -> None:
     if not path:
         return
-    while not os.path.exists(path):
+    while not _released(path):
         time.sleep(0.2)
 
 
