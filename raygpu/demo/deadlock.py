@@ -188,10 +188,11 @@ def run(tb, ns: str, pool: str, mode: str, backend: str | None = None, *, queue:
         sampler.stop.set()
         for t in TENANTS:
             (tmp / f"release-{t}").touch()
-        for p in procs.values():
+        for t, p in procs.items():
             try:
                 p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired:  # a driver that ignores its release file is a bug: say so
+                progress(f"  {t}: its driver did not exit within 60 s of its release; killed")
                 p.kill()
     return result
 
