@@ -106,23 +106,10 @@ class Reservation:
         ps = [p for p in self.pods() if not p.deleting]
         n = self.plan.pod_count
         self.pods_seen = (len(ps), sum(1 for p in ps if p.node_name), sum(1 for p in ps if p.phase == "Running"))
-        stray = sorted(p.name for p in ps if self.plan.backend is Backend.WORKLOAD
-                       and p.scheduling_group != self.plan.gang_name)
-        if stray and self.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
-            # KubeRay dropped spec.schedulingGroup and the admission policy did not put it back: these pods
-            # would bind one by one. Fail now (the watchdog rolls back) rather than hold GPUs half-placed.
-            self.transition(ReservationState.FAILED, f"pod(s) {', '.join(stray[:3])} are not in PodGroup "
-                            f"{self.plan.gang_name} (spec.schedulingGroup unset): install deploy/workload's "
-                            f"MutatingAdmissionPolicy {WORKLOAD_POLICY}, which sets it from the pod label")
-            return self.state
-        astray = sorted((p.name, p.scheduler_name) for p in ps if self.plan.scheduler_name and p.scheduler_name
-                        and p.scheduler_name != self.plan.scheduler_name)
-        if astray and self.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
-            # Something (an admission webhook, an operator) rewrote spec.schedulerName: a scheduler without the
-            # Coscheduling plugin would bind these pods one by one. Fail now rather than hold GPUs half-placed.
-            self.transition(ReservationState.FAILED, f"pod(s) {', '.join(n for n, _ in astray[:3])} ask for "
-                            f"scheduler {astray[0][1]!r}, not {self.plan.scheduler_name!r} (the profile running "
-                            f"Coscheduling) that the plan wrote")
+        broken = self._gang_wiring_lost(ps)
+        if broken and self.state in (ReservationState.RESERVED, ReservationState.ADMITTED):
+            # these pods would bind one by one: fail now (the watchdog rolls back) rather than hold GPUs half-placed
+            self.transition(ReservationState.FAILED, broken)
             return self.state
         gated = any(p.annotations.get(ANNOTATION_GATED) for p in ps)
         if self.state == ReservationState.RESERVED and len(ps) == n and not gated and all(p.node_name for p in ps):
@@ -130,6 +117,24 @@ class Reservation:
         if self.state == ReservationState.ADMITTED and all(p.phase == "Running" for p in ps) and len(ps) == n:
             self.transition(ReservationState.BOUND, f"{n} pods Running on {len({p.node_name for p in ps})} nodes")
         return self.state
+
+    def _gang_wiring_lost(self, ps: list[K8sPodView]) -> str | None:
+        """Why some of the gang's pods would no longer be scheduled together (None: they would), by the wiring
+        the plan wrote that something removed since: the PodGroup's spec.schedulingGroup (KubeRay dropped it
+        and the admission policy did not put it back) or the Coscheduling profile's spec.schedulerName (an
+        admission webhook or an operator rewrote it)."""
+        stray = sorted(p.name for p in ps if self.plan.backend is Backend.WORKLOAD
+                       and p.scheduling_group != self.plan.gang_name)
+        if stray:
+            return (f"pod(s) {', '.join(stray[:3])} are not in PodGroup {self.plan.gang_name} (spec.schedulingGroup "
+                    f"unset): install deploy/workload's MutatingAdmissionPolicy {WORKLOAD_POLICY}, which sets it "
+                    f"from the pod label")
+        astray = sorted((p.name, p.scheduler_name) for p in ps if self.plan.scheduler_name and p.scheduler_name
+                        and p.scheduler_name != self.plan.scheduler_name)
+        if astray:
+            return (f"pod(s) {', '.join(n for n, _ in astray[:3])} ask for scheduler {astray[0][1]!r}, not "
+                    f"{self.plan.scheduler_name!r} (the profile running Coscheduling) that the plan wrote")
+        return None
 
     def heartbeat(self, now_s: float) -> None:
         """Beat on the state object; while the gang waits to be scheduled, nudge the gang scheduler too."""
