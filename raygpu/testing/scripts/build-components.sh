@@ -30,6 +30,10 @@ PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
 CACHE="${RAYGPU_CACHE:-$HOME/.cache/raygpu}"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
 mkdir -p "$CACHE/bin" "$CACHE/src"
+# One build at a time per cache: two checkouts set up at once (worktrees, CI beside a developer) would
+# compile the same sets twice on the same source folders; the second waits and then finds them cached.
+exec 9>"$CACHE/.build.lock"
+if ! flock -n 9; then echo "[build] another build of the testbed components is running; waiting for it" >&2; flock 9; fi
 
 # The module proxy sometimes answers 403 for a version it serves a minute later:
 # retry a step a few times before calling it failed.
