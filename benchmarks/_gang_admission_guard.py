@@ -238,3 +238,47 @@ class GuardSim(Sim):
                 if pool in self.holds:
                     self._step_hold(pool)  # fits at once: swapped in now
         self.waiting = [j for j in self.waiting if j.start is None]
+
+
+class GuardProposalSim(GuardSim):
+    """NOT the product: a guard design measured against issue 29's goal (``--guard-patience S``), row
+    ``guard-proposal``. Everything is ``GuardSim``'s (the product's plan functions, blockers holding whole
+    nodes, max-hold in all) but two rules:
+
+    * **Patience.** A guarded gang waits its first ``patience_s`` as an ordinary raygpu gang (ungated,
+      all-or-nothing, may backfill by its hint) and joins its scope's line only after that: most gangs start
+      before they would ever need a hold, and the line holds only those that have waited ``patience_s``.
+    * **Fast path.** A gang in line (not the holder) whose pods fit now on nodes no blocker stands on starts
+      at once instead of waiting for its turn to hold.
+
+    What the product would need (not built): gated pods cannot be gated again once ungated, so a gang would
+    be created gated and ungate itself (pinned) when it fits on open nodes, safely only behind blockers of
+    its own for that one step (a "try-hold" that never waits, so two of them cannot deadlock).
+    """
+
+    def __init__(self, *args, patience_s: float = 1200.0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not patience_s >= 0:
+            raise ValueError(f"patience_s must be >= 0, got {patience_s!r}")
+        self.policy, self.patience_s = "guard-proposal", patience_s
+        self._woken: set[int] = set()
+
+    def extra_metrics(self) -> dict[str, object]:
+        return {**super().extra_metrics(), "patience_s": self.patience_s}
+
+    def guarded(self, j: Job) -> bool:
+        return super().guarded(j) and self.now - j.queued >= self.patience_s
+
+    def schedule(self) -> None:
+        for j in self.waiting:  # a step when a gang's patience runs out and it joins the line
+            if j.gang and self.patience_s > 0 and j.jid not in self._woken:
+                self._woken.add(j.jid)
+                self.push(j.queued + self.patience_s + 1e-3, TIMEOUT, j.jid)
+        holders = {h.job.jid for h in self.holds.values()}
+        for j in self.waiting:  # the fast path
+            if self.guarded(j) and j.jid not in holders and j.start is None:
+                where = fit_all(self.avail(j, np.where(self.blocked, 0, self.free)), j.pods, self.score())
+                if where is not None:
+                    self._place_all(j, where)
+        self.waiting = [j for j in self.waiting if j.start is None]
+        super().schedule()

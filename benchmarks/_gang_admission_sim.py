@@ -38,7 +38,7 @@ GiB = 2**30
 POLICIES = ("pods", "raycluster-gang", "raygpu", "raygpu+guard", "scale-up", "easy-backfill", "volcano-reserve",
             "kueue-strictfifo")
 RESERVING = ("raygpu+guard", "easy-backfill", "volcano-reserve", "kueue-strictfifo")  # hold order or nodes for a gang
-RAYGPU_POLICIES = ("raygpu", "raygpu+guard")
+RAYGPU_POLICIES = ("raygpu", "raygpu+guard", "guard-proposal")  # gangs shaped by plan_gang
 NODES_CSV = OPENB / "openb_node_list_gpu_node.csv"
 TASKS_CSV = OPENB / "openb_pod_list_default.csv"
 GANG_SIZES = (2, 4, 8)

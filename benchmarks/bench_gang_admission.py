@@ -56,6 +56,10 @@ Policies (placement is first-fit over nodes in trace order, FIFO over jobs):
   ``--scale-up-interval-s``, ``--scale-up-grace-s``, ``--scale-up-in-flight``
   and ``--scale-up-timeout-s`` change them, to tell apart what each costs.
 
+``--guard-patience S`` adds ``guard-proposal``, NOT the product: the guard with two rules changed (a guarded
+gang joins the line only after waiting S seconds as an ordinary raygpu gang; a gang in line that fits on open
+nodes starts at once), a design measured against the goal (``GuardProposalSim``); it is never a peer.
+
 The peers that reserve (``benchmarks/_gang_admission_peers.py``, on the trace's shapes, all-or-nothing):
 ``easy-backfill`` (Slurm-like EASY backfill, exact runtimes, one reservation per pool), ``volcano-reserve``
 (Volcano's elect + reserve: the elected gang locks nodes, no backfill), ``kueue-strictfifo`` (one StrictFIFO
@@ -85,6 +89,7 @@ with 0 GPU-h half-placed, per run.
     python -m benchmarks.bench_gang_admission --sizes full quick --seeds 1 2 3   # the table of docs/benchmarks.md
     python -m benchmarks.bench_gang_admission --sizes full quick --seeds 1 2 3 --backfill gangs   # the product's rule
     python -m benchmarks.bench_gang_admission --packing first-fit most-allocated   # issue 29's table
+    python -m benchmarks.bench_gang_admission --seeds 1 2 3 --guard-patience 1200   # the proposal beside them
     python -m benchmarks.bench_gang_admission --json
 """
 
@@ -95,7 +100,7 @@ import json
 import time
 
 from benchmarks._common import machine, machine_line, need_traces, print_table, save_plot
-from benchmarks._gang_admission_guard import BACKFILL, GuardSim
+from benchmarks._gang_admission_guard import BACKFILL, GuardProposalSim, GuardSim
 from benchmarks._gang_admission_peers import PEERS
 from benchmarks._gang_admission_pools import node_pools
 from benchmarks._gang_admission_scale_up import GRACE_S, IN_FLIGHT, INTERVAL_S, TIMEOUT_S, ScaleUpSim
@@ -125,6 +130,7 @@ def plot(samples: dict[str, list[tuple[float, float, float]]], path_name: str, t
     return save_plot(fig, path_name)
 
 
+PROPOSAL = "guard-proposal"  # --guard-patience: benchmarks._gang_admission_guard.GuardProposalSim, not the product
 GOAL = 0.8  # x the best non-reserving policy's p95 gang wait
 GOAL_RESERVING = 1.0  # x the best reserving peer's
 ASSUMPTIONS = {
@@ -147,7 +153,7 @@ SCALE_UP_COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "see
                     ("max_in_flight", "most in flight", "d"), ("rolled_back", "rolled back", "d"),
                     ("gang_wait_p95_s", "gang p95 s", ".0f"), ("raygpu_p95_s", "raygpu p95 s", ".0f")]
 
-GUARD_COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"), ("packing", "packing", ""),
+GUARD_COLUMNS = [("policy", "policy", ""), ("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"), ("packing", "packing", ""),
                  ("reservations", "reservations", "d"), ("max_reservations_at_once", "most at once", "d"),
                  ("started_by_reservation", "started by one", "d"), ("reservation_timeouts", "timed out", "d"),
                  ("backfilled", "backfilled jobs", "d"), ("held_idle_gpu_h", "held idle GPU-h", ".1f"),
@@ -155,9 +161,14 @@ GUARD_COLUMNS = [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed",
 
 
 def make_sim(policy: str, free, jobs: list[Job], give_up_s: float, pools, *, max_hold_s: float = 900.0,
-             backfill: str = "all", scale_up: dict | None = None, packing: str = "first-fit") -> Sim:
-    """The simulation of ``policy`` (one of POLICIES) on ``free`` GPUs per node; ``scale_up``: ScaleUpSim's knobs;
-    ``packing``: the node choice of the simulated kube-scheduler (first fit, or MostAllocated on GPUs)."""
+             backfill: str = "all", scale_up: dict | None = None, packing: str = "first-fit",
+             patience_s: float = 1200.0) -> Sim:
+    """The simulation of ``policy`` (one of POLICIES, or PROPOSAL) on ``free`` GPUs per node; ``scale_up``:
+    ScaleUpSim's knobs; ``packing``: the node choice of the simulated kube-scheduler (first fit, or MostAllocated
+    on GPUs); ``patience_s``: PROPOSAL's."""
+    if policy == PROPOSAL:
+        return GuardProposalSim(free, jobs, give_up_s, max_hold_s, backfill=backfill, pools=pools, packing=packing,
+                                patience_s=patience_s)
     if policy == "raygpu+guard":
         return GuardSim(free, jobs, give_up_s, max_hold_s, backfill=backfill, pools=pools, packing=packing)
     if policy == "scale-up":
@@ -167,14 +178,16 @@ def make_sim(policy: str, free, jobs: list[Job], give_up_s: float, pools, *, max
     return Sim(policy, free, jobs, give_up_s, pools, packing=packing)
 
 
-def verdicts(rows: list[dict]) -> list[dict]:
-    """Per (size, seed, share, packing): the guard's p95 gang wait over the best reserving peer's (goal <= 1.0)
-    and over the best non-reserving policy's (goal <= 0.8), with 0 half-placed GPU-h."""
+def verdicts(rows: list[dict], guard_policy: str = "raygpu+guard") -> list[dict]:
+    """Per (size, seed, share, packing): ``guard_policy``'s p95 gang wait over the best reserving peer's
+    (goal <= 1.0) and over the best non-reserving policy's (goal <= 0.8), with 0 half-placed GPU-h. The peers
+    are POLICIES' (never PROPOSAL)."""
     out = []
     keys = dict.fromkeys((r["size"], r["seed"], r["gang_share"], r["packing"]) for r in rows)
     for size, seed, share, packing in keys:
-        run = {r["policy"]: r for r in rows if (r["size"], r["seed"], r["gang_share"], r["packing"]) == (size, seed, share, packing)}
-        guard = run["raygpu+guard"]
+        run = {r["policy"]: r for r in rows if (r["size"], r["seed"], r["gang_share"], r["packing"]) == (size, seed, share, packing)
+               and r["policy"] in (*POLICIES, guard_policy)}
+        guard = run[guard_policy]
 
         def best(policies):
             pol = min(policies, key=lambda p: run[p]["gang_wait_p95_s"])
@@ -182,8 +195,8 @@ def verdicts(rows: list[dict]) -> list[dict]:
             return pol, p95, round(guard["gang_wait_p95_s"] / p95, 3) if p95 > 0 else float("inf")
 
         res_pol, res_p95, res_ratio = best([p for p in run if p in RESERVING and p != "raygpu+guard"])
-        oth_pol, oth_p95, oth_ratio = best([p for p in run if p not in RESERVING])
-        out.append({"size": size, "seed": seed, "gang_share": share, "packing": packing,
+        oth_pol, oth_p95, oth_ratio = best([p for p in run if p not in RESERVING and p != guard_policy])
+        out.append({"policy": guard_policy, "size": size, "seed": seed, "gang_share": share, "packing": packing,
                     "best_reserving": res_pol, "best_reserving_p95_s": res_p95, "ratio_reserving": res_ratio,
                     "best_other": oth_pol, "best_other_p95_s": oth_p95, "ratio": oth_ratio,
                     "guard_p95_s": guard["gang_wait_p95_s"], "pools": guard["pools"],
@@ -221,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--packing", nargs="+", choices=PACKING, default=None,
                     help="the simulated kube-scheduler's node choice: first-fit (node order; default) and/or "
                          "most-allocated (MostAllocated on GPUs: tight packing); each runs every policy")
+    ap.add_argument("--guard-patience", type=float, default=None, metavar="S",
+                    help=f"also run {PROPOSAL} (NOT the product: a guard design measured against the goal): a "
+                         "guarded gang joins the line only after waiting S seconds as an ordinary raygpu gang, and a "
+                         "gang in line that fits on open nodes starts at once")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-plot", action="store_true")
@@ -234,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                  "--scale-up-timeout-s > 0")
     scale_up = {"interval_s": args.scale_up_interval_s, "grace_s": args.scale_up_grace_s,
                 "in_flight": args.scale_up_in_flight, "timeout_s": args.scale_up_timeout_s}
+    if args.guard_patience is not None and not args.guard_patience >= 0:
+        ap.error("--guard-patience must be >= 0 seconds")
+    policies = (*POLICIES, PROPOSAL) if args.guard_patience is not None else POLICIES
     if not need_traces(NODES_CSV, TASKS_CSV):
         return 0
     sizes = args.sizes or (["quick"] if args.quick else ["full"])
@@ -252,16 +272,17 @@ def main(argv: list[str] | None = None) -> int:
             for share in shares:
                 for packing in packings:
                     samples = {}
-                    for pol in POLICIES:
+                    for pol in policies:
                         jobs = make_jobs(n_jobs, int(free.sum()), args.load, seed, share, n_pools)
                         sim = make_sim(pol, free, jobs, args.give_up_s, pools, max_hold_s=args.max_hold_s,
-                                       backfill=backfill, scale_up=scale_up, packing=packing)
+                                       backfill=backfill, scale_up=scale_up, packing=packing,
+                                       patience_s=args.guard_patience or 0.0)
                         t1 = time.perf_counter()
                         rows.append({"size": size, "pools": n_pools, "seed": seed, "gang_share": share, "hold_timeouts": 0,
                                      "packing": packing, **sim.run(), "wall_s": 0.0})
                         rows[-1]["wall_s"] = round(time.perf_counter() - t1, 1)
                         samples[pol] = sim.alloc_samples
-                    run = {r["policy"]: r for r in rows[-len(POLICIES):]}
+                    run = {r["policy"]: r for r in rows[-len(policies):]}
                     run["scale-up"]["raygpu_p95_s"] = run["raygpu"]["gang_wait_p95_s"]  # same jobs, same run
                     if not args.no_plot and seed == seeds[0] and packing == packings[0]:
                         suffix = "_quick" if size == "quick" else ""
@@ -269,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                                           f"openb cluster ({len(free)} nodes, {int(free.sum())} GPUs, {n_pools} pools), "
                                           f"{n_jobs} jobs, {share:.0%} gangs, offered load {args.load}, seed {seed}"))
     elapsed = time.perf_counter() - t0
-    goal = verdicts(rows)
+    goal = verdicts(rows) + (verdicts(rows, PROPOSAL) if args.guard_patience is not None else [])
     result = {"benchmark": "gang_admission", "machine": machine(), "quick": sizes == ["quick"],
               "data": {"nodes": str(NODES_CSV.name), "tasks": str(TASKS_CSV.name), "synthesized": "gangs, arrivals"},
               "cluster": clusters[sizes[0]], "clusters": clusters,
@@ -277,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                          "gang_shares": shares, "give_up_s": args.give_up_s, "seeds": seeds, "sizes": sizes,
                          "max_hold_s": args.max_hold_s, "hints": backfill != "none", "backfill": backfill,
                          "pools": {k: v["pools"] for k, v in clusters.items()}, "scale_up": scale_up,
-                         "packing": packings},
+                         "packing": packings, "guard_patience_s": args.guard_patience},
               "assumption": ASSUMPTIONS[backfill],
               "elapsed_s": round(elapsed, 2), "plots": plots, "rows": rows, "goal": goal}
     if args.json:
@@ -294,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     others = ", ".join(p for p in POLICIES if p not in RESERVING)
     print(f"\ngoal: raygpu+guard p95 gang wait <= {GOAL_RESERVING} x the best reserving peer's ({reserving}) and "
           f"<= {GOAL} x the best other policy's ({others}), 0 half-placed GPU-h")
-    print_table(goal, [("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"), ("packing", "packing", ""),
+    print_table(goal, [("policy", "policy", ""), ("size", "size", ""), ("pools", "pools", "d"), ("seed", "seed", "d"), ("packing", "packing", ""),
                        ("guard_p95_s", "guard p95 s", ".0f"),
                        ("best_reserving", "best reserving", ""), ("best_reserving_p95_s", "its p95 s", ".0f"),
                        ("ratio_reserving", "ratio", ".2f"),
@@ -302,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("ratio", "ratio", ".2f"), ("hold_timeouts", "hold time-outs", "d"),
                        ("held_idle_gpu_h", "held idle GPU-h", ".1f"), ("goal_met", "met", "")])
     print("\nthe guard's reservations (at most one per pool at a time)")
-    print_table([r for r in rows if r["policy"] == "raygpu+guard"], GUARD_COLUMNS)
+    print_table([r for r in rows if r["policy"] in ("raygpu+guard", PROPOSAL)], GUARD_COLUMNS)
     print(f"\nthe sidecar's scale-up (cycle {args.scale_up_interval_s:g} s, grace {args.scale_up_grace_s:g} s, "
           f"at most {args.scale_up_in_flight} reservations in flight per pool, timeout {args.scale_up_timeout_s:g} s; "
           "first reservation: from submission)")

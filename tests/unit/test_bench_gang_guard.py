@@ -137,3 +137,36 @@ def test_the_product_plan_functions_decide(monkeypatch):
     jobs[2].dur = 50.0  # backfills (decide_backfill gives it the pass)
     GuardSim(np.array([8]), jobs, give_up_s=3600.0).run()
     assert set(calls) == {"choose_nodes", "plan_hold", "decide_lease", "decide_backfill"}
+
+
+def test_the_proposal_starts_a_gang_in_line_that_fits_on_open_nodes_at_once():
+    """``guard-proposal`` (``--guard-patience``, not the product): the 2-GPU gang that the product keeps
+    gated behind the holder starts at once on the node no blocker stands on; the holder still swaps in."""
+    from benchmarks._gang_admission_guard import GuardProposalSim
+
+    jobs = line()
+    result = GuardProposalSim(np.array([8, 2]), jobs, give_up_s=3600.0, patience_s=0.0).run()
+    assert result["policy"] == "guard-proposal" and result["patience_s"] == 0.0
+    assert jobs[2].start == 3.0
+    assert jobs[1].start == 101.0 and result["reservations"] == result["started_by_reservation"] == 1
+
+
+def test_the_proposal_joins_the_line_only_after_its_patience():
+    """With patience 200 s the gang waits as an ordinary raygpu gang (the stream takes every freed GPU) and
+    holds only from t = 202; it still starts long before the stream ends (t = 500)."""
+    from benchmarks._gang_admission_guard import GuardProposalSim
+
+    jobs = stream()
+    sim = GuardProposalSim(np.array([8]), jobs, give_up_s=3600.0, patience_s=200.0)
+    result = sim.run()
+    assert 202.0 < jobs[1].start < 500.0
+    assert result["reservations"] == 1
+    product = stream()
+    GuardSim(np.array([8]), product, give_up_s=3600.0).run()
+    assert product[1].start < jobs[1].start  # the product holds from t = 2
+    with pytest.raises(ValueError):
+        GuardProposalSim(np.array([8]), stream(), 3600.0, patience_s=-1.0)
+    from benchmarks.bench_gang_admission import main
+    with pytest.raises(SystemExit) as bad:
+        main(["--guard-patience", "-5"])
+    assert bad.value.code == 2
