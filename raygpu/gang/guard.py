@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import ConflictError, NotFoundError, RayGpuError
 from raygpu.model.gang import GangPlan, ReservationState
-from raygpu.model.guard import (LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, Ticket, guard_namespace,
-                                guard_tag,
-                                parse_timeouts, ticket_name)
+from raygpu.model.guard import (HELD, LEASE_DURATION_S, Blocker, GuardPolicy, HoldPhase, HoldUnit, LeaseView, Ticket,
+                                check_hold_transition, guard_namespace, guard_tag, parse_timeouts, ticket_name)
 from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS,
                                  KEY_GUARD_SCOPE, LABEL_BLOCKER,
                                  LABEL_CLUSTER, LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_GUARD_TICKET,
@@ -105,14 +104,10 @@ class Guard:
         self.ticket = ticket_name(self.lease_name, self.tag)
         self.ticket_uid = ""  # our ticket Lease's uid once read back: our blockers' owner
         self.nodes: tuple[str, ...] | None = None  # chosen once per hold
-        self.held_since: float | None = None  # our clock, when we took the Lease
+        self.phase = HoldPhase.WAITING  # changed only by _to, along model.guard.ALLOWED_HOLD_TRANSITIONS
+        self.held_since: float | None = None  # our clock, when we took the Lease (set while the phase is HELD)
         self.held_before_s = 0.0  # our clock: how long earlier holds of this gang blocked nodes (max-hold bounds the sum)
-        self.swapped = False
-        self.swapping = False  # the swap's patches began: finish them even if the room is now (rightly) taken
-        self.unblocked = False  # the gang's pods are bound and its blockers deleted
-        self.failed: str | None = None  # max-hold spent (or the hold lost after the swap): the gang is rolled back
-        self.done = False
-        self._dirty = False  # a hold ended whose blockers may still stand: delete them before anything else
+        self.failure: str | None = None  # why the gang is rolled back (max-hold spent, or the hold lost after the swap)
         self._seen: tuple[tuple[str, str, str], float] | None = None
         self._tickets_seen: dict[str, tuple[tuple[str, str], float]] = {}  # ticket -> (record, first seen unchanged)
         self._last_step = float("-inf")
@@ -130,6 +125,26 @@ class Guard:
         return cls(rsv.kube, rsv.plan, wiring.guard, state_uid=rsv.state_uid, cluster_uid=wiring.cluster_uid,
                    template_spec=wiring.template_spec, clock=clock, progress=progress, wall=wall)
 
+    # ----------------------------------------------------------------- phase
+    def _to(self, phase: HoldPhase) -> None:
+        """The one way the hold's phase changes: an edge not in ALLOWED_HOLD_TRANSITIONS raises PermanentError."""
+        self.phase = check_hold_transition(self.phase, phase)
+
+    @property
+    def done(self) -> bool:
+        """The guard has ended (released): the watchdog stops stepping it."""
+        return self.phase == HoldPhase.RELEASED
+
+    @property
+    def swapped(self) -> bool:
+        """The gang's pods are ungated onto the held nodes (this hold)."""
+        return self.phase in (HoldPhase.SWAPPED, HoldPhase.UNBLOCKED)
+
+    @property
+    def failed(self) -> str | None:
+        """Why the gang must be rolled back (max-hold spent, or its hold lost after the swap), else None."""
+        return self.failure
+
     # ------------------------------------------------------------------ step
     def step(self, state: ReservationState) -> None:
         """One guard step (a no-op sooner than ``GUARD_EVERY_S`` after the last). Raises RayGpuError when a
@@ -141,17 +156,16 @@ class Guard:
         if state != ReservationState.RESERVED:
             self.release(f"reservation {state.value}")
             return
-        if self.held_since is not None and self._held_for(now) > self.policy.max_hold_s:
+        if self.phase in HELD and self._held_for(now) > self.policy.max_hold_s:
             self._time_out(f"nodes blocked for {self._held_for(now):.0f} s in all > max-hold "
                            f"{self.policy.max_hold_s:g} s")
             return
-        if self.held_since is not None and now - self._last_renew > STEP_DOWN_S:
+        if self.phase in HELD and now - self._last_renew > STEP_DOWN_S:
             self._stop_blocking(now, f"the scope's Lease was not renewed for {now - self._last_renew:.0f} s")
-        if self._dirty:
-            self.delete_blockers()
-            self._dirty = False
-        if self.failed:
-            return  # max-hold spent: it never holds again; the watchdog rolls the gang back
+        if self.phase == HoldPhase.STOPPED:
+            self._stopped()
+        if self.phase == HoldPhase.FAILED:
+            return  # max-hold spent (or lost after the swap): it never holds again; the watchdog rolls the gang back
         tickets = self._tickets(now)
         for t in tickets:
             if t.name not in self._tickets_seen or self._tickets_seen[t.name][0] != t.record:
@@ -161,10 +175,11 @@ class Guard:
         if lease is None or self._seen is None or self._seen[0] != lease.record:
             self._seen = (lease.record if lease else ("", "", ""), now)
         decision = decide_lease(self.tag, lease, [t.waiting() for t in live], now - self._seen[1])
-        if self.held_since is not None and decision.action != LeaseAction.RENEW:
+        if self.phase in HELD and decision.action != LeaseAction.RENEW:
             self._stop_blocking(now, f"{lease.holder if lease else 'nobody'} holds scope {self.scope} now")
-            self.delete_blockers()
-            self._dirty = False
+            self._stopped()
+            if self.phase == HoldPhase.FAILED:
+                return  # swapped in already: rolled back, never holds again
         if decision.action == LeaseAction.WAIT:
             return
         if decision.action == LeaseAction.CREATE:
@@ -174,7 +189,8 @@ class Guard:
             assert lease is not None  # decide_lease says CREATE when there is none
             self._write_lease(lease, acquire=decision.action == LeaseAction.ACQUIRE)
             self._last_renew = now
-        if self.held_since is None:
+        if self.phase == HoldPhase.WAITING:
+            self._to(HoldPhase.CHOOSING)
             self.held_since = now
             self.progress(f"guard: {self.me} holds scope {self.scope} ({decision.reason})")
         if not self._clear_gone(live, gone):
@@ -232,28 +248,34 @@ class Guard:
         return not wait
 
     def _stop_blocking(self, now: float, why: str) -> None:
-        """End this hold early (our Lease went, or could not be renewed in time): its blockers go (now, or
-        at the next step that reaches the API server), the time held counts against max-hold. Swapped in
-        already: the gang is rolled back."""
+        """End this hold early (our Lease went, or could not be renewed in time): STOPPED until its blockers
+        are gone (now, or at the next step that reaches the API server), the time held counts against
+        max-hold. Swapped in already: the gang is rolled back."""
         self.held_before_s += now - (self.held_since or now)
         self._event("GuardLost", f"{self.me}: {why}; its blockers are deleted" +
                     ("; its pods were already swapped in: rolled back" if self.swapped else ""), "Warning")
         if self.swapped:
-            self.failed = f"guard: {why} after the swap"
-        self.nodes, self.held_since, self.unblocked, self.swapping, self.swapped = None, None, False, False, False
-        self.published = None
-        self._dirty = True
+            self.failure = f"guard: {why} after the swap"
+        self._to(HoldPhase.STOPPED)
+        self.nodes, self.held_since, self.published = None, None, None
+
+    def _stopped(self) -> None:
+        """STOPPED: delete our blockers (raises when a delete fails: STOPPED until one step gets them all), then
+        back in line, or FAILED when the gang was swapped in already."""
+        self.delete_blockers()
+        self._to(HoldPhase.FAILED if self.failure else HoldPhase.WAITING)
 
     def _hold(self, now: float) -> None:
         need = self.plan.need
         gpu = need.gpu_shape.resource if need.gpu_shape else None
-        if self.nodes is None:
+        if self.phase == HoldPhase.CHOOSING:
             self.nodes = self._choose(gpu)
             if self.nodes is None:
                 return
+            self._to(HoldPhase.BLOCKING)
             self._event("GuardHeld", f"{self.me} is first in line in scope {self.scope}: blocking "
                         f"{', '.join(sorted(set(self.nodes)))} for up to {self.policy.max_hold_s:g} s")
-        if self.swapped:
+        if self.phase in (HoldPhase.SWAPPED, HoldPhase.UNBLOCKED):
             self._unblock_when_bound(now)
             return
         if not self.ticket_uid:
@@ -270,14 +292,15 @@ class Guard:
             self._create_blocker(u)
         wall = self.wall()
         self._publish(estimated_start_s(need_at, {n.name: n.allocatable for n in alloc}, _by_node(pods), wall), wall)
-        if step.swap and not self.swapping and self._revoke_passes():
+        swapping = self.phase == HoldPhase.SWAPPING
+        if step.swap and not swapping and self._revoke_passes():
             return  # backfill pods still pending with our pass: without it they cannot race the gang; swap next step
-        if step.swap or self.swapping:  # a swap cut short by a failed patch: the pods it let in now use the room
+        if step.swap or swapping:  # a swap cut short by a failed patch: the pods it let in now use the room
             self._swap()
 
     def _unblock_when_bound(self, now: float) -> None:
         """After the swap: once every gang pod is bound, delete the blockers; past max-hold, time out."""
-        if self.unblocked:
+        if self.phase == HoldPhase.UNBLOCKED:
             return
         if self._held_for(now) > self.policy.max_hold_s:
             self._time_out("the gang's pods were not all bound within max-hold")
@@ -285,7 +308,7 @@ class Guard:
         pods = self._gang_pods()
         if len(pods) == self.plan.pod_count and all(p.node_name for p in pods):
             self.delete_blockers()
-            self.unblocked = True
+            self._to(HoldPhase.UNBLOCKED)
             self.progress(f"guard: every pod of {self.me} is bound; blockers deleted")
 
     def _held_for(self, now: float) -> float:
@@ -392,14 +415,15 @@ class Guard:
         pods = self._gang_pods()
         if len(pods) != self.plan.pod_count or self.nodes is None:
             return  # KubeRay has not created them all yet
-        self.swapping = True
+        if self.phase == HoldPhase.BLOCKING:
+            self._to(HoldPhase.SWAPPING)
         for p, node in zip(pods, self.nodes):
             self.kube.merge_patch("v1", "Pod", p.name, self.plan.namespace,
                                   {"metadata": {"labels": {LABEL_GUARD_FOR: self.tag}},
                                    "spec": {"affinity": pin(self.template_spec.get("affinity"), node)}})
         for p in pods:
             self.kube.merge_patch("v1", "Pod", p.name, self.plan.namespace, {"spec": {"schedulingGates": None}})
-        self.swapped = True
+        self._to(HoldPhase.SWAPPED)
         self.progress(f"guard: every chosen node blocked and with room; {len(pods)} pods of {self.me} ungated")
 
     # ----------------------------------------------------------------- Lease
@@ -479,20 +503,21 @@ class Guard:
         self._event("GuardTimedOut", f"{self.me}: {why}; blockers deleted, scope {self.scope} freed; max-hold "
                     f"{self.policy.max_hold_s:g} s is spent, so the gang is rolled back" +
                     ("; its pods were already swapped in" if self.swapped else ""), "Warning")
-        self.failed = f"guard: {why} (max-hold {self.policy.max_hold_s:g} s spent)" + (
+        self.failure = f"guard: {why} (max-hold {self.policy.max_hold_s:g} s spent)" + (
             " after the swap" if self.swapped else "")
-        self.nodes, self.held_since, self.unblocked, self.swapping = None, None, False, False
+        self._to(HoldPhase.FAILED)
+        self.nodes, self.held_since = None, None
 
     def release(self, why: str) -> None:
         """End the guard: delete leftover blockers, free the Lease if we hold it, Event GuardReleased once.
         Idempotent; raises RayGpuError when a write failed (called again, it finishes)."""
         if self.done:
             return
-        held = self.held_since is not None
+        held = self.phase in HELD
         self.delete_blockers()
         self._free_lease()
         self._delete_ticket()
-        self.done = True
+        self._to(HoldPhase.RELEASED)
         if held:
             self._event("GuardReleased", f"{self.me}: {why}; scope {self.scope} freed")
 

@@ -9,9 +9,11 @@ See docs/guard.md.
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import Any, Mapping
 
 from raygpu.model.annotations import DEFAULT_MAX_HOLD_S, GuardPolicy, parse_guard_policy  # noqa: F401 - the guard's data
+from raygpu.errors import PermanentError
 from raygpu.model.base import Frozen, timestamp_s
 from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS,
                                  ANNOTATION_RESERVATION_STATE, DEFAULT_GUARD_NAMESPACE, GUARD_NAMESPACE_ENV, KEY_GUARD_SCOPE,
@@ -19,6 +21,74 @@ from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, 
 
 LEASE_DURATION_S = 30  # a holder that has not renewed for this long (on the reader's clock) has lost the Lease
 MAX_TIMEOUTS = 1000  # raygpu.io/guard-timeouts is read bounded: a larger count orders the same
+
+
+class HoldPhase(str, Enum):
+    """Where one guarded gang's hold stands (its driver's view; never written anywhere)."""
+
+    WAITING = "waiting"  # in line: its ticket renewed, the scope held by another or by nobody yet
+    CHOOSING = "choosing"  # holds the scope's Lease; no nodes chosen yet (none fit the gang's pods)
+    BLOCKING = "blocking"  # nodes chosen: blockers created, waiting for room on each
+    SWAPPING = "swapping"  # the swap's patches began (labelled, pinned, ungating): finished even if cut short
+    SWAPPED = "swapped"  # every gang pod ungated onto its node; waiting for all to bind
+    UNBLOCKED = "unblocked"  # every gang pod bound and the blockers deleted
+    STOPPED = "stopped"  # the hold ended early (Lease lost, or not renewed in time): its blockers still to delete
+    FAILED = "failed"  # max-hold spent, or the hold lost after the swap: never holds again; the gang is rolled back
+    RELEASED = "released"  # the reservation left ``reserved``: blockers, Lease and ticket gone; the guard is done
+
+
+P = HoldPhase
+HELD = frozenset({P.CHOOSING, P.BLOCKING, P.SWAPPING, P.SWAPPED, P.UNBLOCKED})  # holding the scope's Lease
+ALLOWED_HOLD_TRANSITIONS: dict[HoldPhase, frozenset[HoldPhase]] = {
+    P.WAITING: frozenset({
+        P.CHOOSING,  # first in line took (or created) the scope's Lease
+        P.RELEASED,  # admitted or released while in line
+    }),
+    P.CHOOSING: frozenset({
+        P.BLOCKING,  # a node per gang pod chosen (plan.guard.choose_nodes)
+        P.STOPPED,  # the Lease is another's, or was not renewed for STEP_DOWN_S
+        P.FAILED,  # max-hold spent (all this gang's holds together)
+        P.RELEASED,
+    }),
+    P.BLOCKING: frozenset({
+        P.SWAPPING,  # every blocker bound and room for the gang on every chosen node
+        P.STOPPED, P.FAILED, P.RELEASED,
+    }),
+    P.SWAPPING: frozenset({
+        P.SWAPPED,  # every gang pod labelled, pinned and ungated
+        P.STOPPED, P.FAILED, P.RELEASED,
+    }),
+    P.SWAPPED: frozenset({
+        P.UNBLOCKED,  # every gang pod bound: blockers deleted
+        P.STOPPED,  # lost after the swap: the gang is rolled back (its failure is set)
+        P.FAILED,  # not all bound within max-hold
+        P.RELEASED,
+    }),
+    P.UNBLOCKED: frozenset({
+        P.STOPPED, P.FAILED, P.RELEASED,  # the reservation is admitted next (RELEASED) unless the hold is lost first
+    }),
+    P.STOPPED: frozenset({
+        P.WAITING,  # blockers deleted: back in line with the rest of max-hold
+        P.FAILED,  # blockers deleted, but the gang was already swapped in: rolled back
+        P.RELEASED,
+    }),
+    P.FAILED: frozenset({
+        P.RELEASED,  # the watchdog rolled the gang back: Lease and ticket go
+    }),
+    P.RELEASED: frozenset(),  # terminal
+}
+del P
+
+
+def check_hold_transition(current: HoldPhase, target: HoldPhase) -> HoldPhase:
+    """Return ``target`` if ``current -> target`` is an edge of :data:`ALLOWED_HOLD_TRANSITIONS`. Raises
+    PermanentError on an illegal edge (a bug in the guard, never a cluster's state); staying in the same
+    phase is not an edge."""
+    if target not in ALLOWED_HOLD_TRANSITIONS[current]:
+        allowed = ", ".join(sorted(p.value for p in ALLOWED_HOLD_TRANSITIONS[current])) or "nothing (terminal)"
+        raise PermanentError(f"illegal hold transition {current.value} -> {target.value}; from {current.value} "
+                             f"allowed: {allowed}")
+    return target
 
 
 def parse_timeouts(raw: object) -> int:
