@@ -424,7 +424,7 @@ def _invalid_annotation(kube: KubeAdapter, view: RayClusterView, pr: AnnotationP
 
 def _may_backfill(kube: KubeAdapter, namespace: str, progress: Callable[[str], None]) -> bool:
     """Whether this driver may backfill: get the scope's Lease and patch its own pods in ``namespace``
-    (SelfSubjectAccessReviews). Said once when not: the gang is then made as usual (gang/backfill.py)."""
+    (SelfSubjectAccessReviews). Said once when not: the gang is then made as usual (guard/backfill.py)."""
     if can_i(kube, "patch", "pods", namespace=namespace) and can_i(kube, "get", "leases", "coordination.k8s.io",
                                                                       namespace=guard_namespace(os.environ)):
         return True

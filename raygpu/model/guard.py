@@ -20,6 +20,8 @@ from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, 
                                  LABEL_GUARD_TICKET, dns_label)
 
 LEASE_DURATION_S = 30  # a holder that has not renewed for this long (on the reader's clock) has lost the Lease
+STEP_DOWN_S = 2 * LEASE_DURATION_S / 3  # a holder whose last renewal landed this long ago stops blocking: before
+#   anyone can take its Lease (LEASE_DURATION_S after they last saw it change, on their clocks)
 MAX_TIMEOUTS = 1000  # raygpu.io/guard-timeouts is read bounded: a larger count orders the same
 
 

@@ -1,4 +1,4 @@
-"""gang/guard.py on the one fake Kubernetes: a guarded reservation's Lease, blockers, swap, timeout, release."""
+"""guard/holder.py on the one fake Kubernetes: a guarded reservation's Lease, blockers, swap, timeout, release."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import time
 import pytest
 
 from raygpu.errors import ConflictError, PermanentError, RayGpuError
-from raygpu.gang.guard import GUARD_EVERY_S, STEP_DOWN_S, Guard
+from raygpu.guard.holder import GUARD_EVERY_S, Guard
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_BLOCKER,
                                  LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER)
-from raygpu.model.guard import LEASE_DURATION_S, HoldPhase, guard_tag
+from raygpu.model.guard import LEASE_DURATION_S, STEP_DOWN_S, HoldPhase, guard_tag
 from raygpu.model.views import K8sPodView
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.fake_kube import FakeKube

@@ -8,8 +8,8 @@ import datetime as dt
 import time
 
 from raygpu.errors import ConflictError
-from raygpu.gang.backfill import Backfill
-from raygpu.gang.guard import Guard
+from raygpu.guard.backfill import Backfill
+from raygpu.guard.holder import Guard
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import ANNOTATION_GUARD_START, BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION

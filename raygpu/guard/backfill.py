@@ -3,7 +3,7 @@
 Run by the driver's watchdog (gang/api.py ``Watchdog``) for a reservation that is *not* guarded and has
 ``expected_runtime_s``, while it is ``reserved`` (its pods not all bound). Each step (at most every
 ``GUARD_EVERY_S``): read the scope's Lease; if another gang holds it and has published its hold's
-estimated start (``raygpu.io/guard-estimated-start``, gang/guard.py), decide (plan.backfill.decide_backfill:
+estimated start (``raygpu.io/guard-estimated-start``, guard/holder.py), decide (plan.backfill.decide_backfill:
 ``now + expected_runtime_s + BACKFILL_MARGIN_S <= start``) and put the pass
 ``raygpu.io/guard-pass=<holder>`` on this reservation's own pending pods, or take it off when it no longer
 holds. The holder's blockers let a pod with the pass in (docs/guard.md). The pods are created with the
@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.errors import ConflictError, ForbiddenError
-from raygpu.gang.guard import GUARD_EVERY_S, read_lease
+from raygpu.guard.holder import GUARD_EVERY_S, Wired, read_lease
 from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.guard import guard_namespace, guard_tag
 from raygpu.model.labels import BACKFILL_GATE, LABEL_GUARD_PASS, LABEL_RESERVATION, dns_label
 from raygpu.plan.backfill import decide_backfill
-
-if TYPE_CHECKING:
-    from raygpu.gang.reservation import Reservation
 
 
 class Backfill:
@@ -40,7 +37,7 @@ class Backfill:
                  clock: Callable[[], float], wall: Callable[[], float] = time.time,
                  progress: Callable[[str], None] = lambda m: None) -> None:
         self.kube, self.plan, self.lease_name = kube, plan, lease_name
-        self.ns = guard_namespace(os.environ)  # where the scope's Lease is (gang/guard.py)
+        self.ns = guard_namespace(os.environ)  # where the scope's Lease is (guard/holder.py)
         self.expected_runtime_s, self.clock, self.wall, self.progress = expected_runtime_s, clock, wall, progress
         self.done = False
         self.reason = ""  # the last decision's
@@ -48,7 +45,7 @@ class Backfill:
         self._last_step = float("-inf")
 
     @classmethod
-    def of(cls, rsv: Reservation, clock: Callable[[], float], progress: Callable[[str], None],
+    def of(cls, rsv: Wired, clock: Callable[[], float], progress: Callable[[str], None],
            wall: Callable[[], float] = time.time) -> "Backfill | None":
         """The backfill of reservation ``rsv`` (by its wiring, fixed when it was planned); None when it is
         guarded, has no runtime hint or may not backfill (no scope Lease in its wiring)."""
