@@ -34,9 +34,11 @@ from typing import Any, Callable, Protocol
 from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import ConflictError, NotFoundError, RayGpuError
 from raygpu.model.gang import GangPlan, GangRequest, NodeFree, ReservationState
-from raygpu.model.guard import (HELD, LEASE_DURATION_S, Blocker, GuardPolicy, GuardWiring, HoldPhase, HoldUnit, LeaseView,
-                                Ticket, check_hold_transition, guard_namespace, guard_tag, parse_timeouts, ticket_name)
-from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS,
+from raygpu.model.guard import (HELD, LEASE_DURATION_S, Ask, Blocker, GuardPolicy, GuardWiring, HoldPhase, HoldUnit, LeaseView,
+                                Ticket, check_hold_transition, format_grants, guard_namespace, guard_tag, parse_timeouts,
+                                ticket_name)
+from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_GRANTS, ANNOTATION_GUARD_START,
+                                 ANNOTATION_GUARD_TIMEOUTS, LABEL_GUARD_ASK,
                                  KEY_GUARD_SCOPE, LABEL_BLOCKER,
                                  LABEL_CLUSTER, LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_GUARD_TICKET,
                                  LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER, dns_label)
@@ -64,7 +66,13 @@ class Wired(Protocol):
     state_uid: str
 
 
-def _micro_time() -> str:  # a Lease's MicroTime; informational (nobody compares it with a clock)
+def _no_answers(lease: LeaseView) -> str | None:
+    """``raygpu.io/guard-grants`` when the Lease is taken or freed: no answers, the revision one more (it only
+    grows while the Lease exists: model.guard.format_grants); None (absent) when no answer was ever written."""
+    return format_grants(lease.grant_rev + 1, {}) if lease.grant_rev or lease.grants else None
+
+
+def micro_time() -> str:  # a Lease's MicroTime; informational (nobody compares it with a clock)
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -111,6 +119,7 @@ class Guard:
         self.failure: str | None = None  # why the gang is rolled back (max-hold spent, or the hold lost after the swap)
         self._seen: tuple[tuple[str, str, str], float] | None = None
         self._tickets_seen: dict[str, tuple[tuple[str, str], float]] = {}  # ticket -> (record, first seen unchanged)
+        self._asks_seen: dict[str, tuple[tuple[str, str], float]] = {}  # backfill ask -> (record, first seen unchanged)
         self._last_step = float("-inf")
         self._last_renew = float("-inf")  # our clock: the last scope-Lease write that landed
         self._last_ticket = float("-inf")  # our clock: the last ticket renewal that landed
@@ -192,6 +201,12 @@ class Guard:
                  wall_s=self.wall())
         if self.phase in HELD and mine is not None:
             o["hold"] = self._observe_hold()
+            asks = [a for r in self.kube.list(*LEASE, self.ns, f"{LABEL_GUARD_ASK}={self.lease_name}")
+                    if (a := Ask.from_k8s(r, self.lease_name)) is not None]
+            seen = self._asks_seen  # timed on our clock from when we first saw each record (an ask gone: forgotten)
+            self._asks_seen = {a.name: seen[a.name] if a.name in seen and seen[a.name][0] == a.record else (a.record, now)
+                               for a in asks}
+            o.update(asks=tuple(asks), asks_unchanged_for_s={a.name: now - self._asks_seen[a.name][1] for a in asks})
         return GuardObservation(**o)
 
     def _observe_hold(self) -> HoldView:
@@ -203,8 +218,7 @@ class Guard:
         elif self.nodes is not None and self.phase in (HoldPhase.BLOCKING, HoldPhase.SWAPPING):
             alloc, pods = self._held(sorted(set(self.nodes)))
             h.update(free={n.name: n.free for n in free_nodes(alloc, pods)},
-                     allocatable={n.name: n.allocatable for n in alloc}, pods_by_node=_by_node(pods),
-                     passes_pending=len(self._pending_passes()))
+                     allocatable={n.name: n.allocatable for n in alloc}, pods_by_node=_by_node(pods))
         if self.phase in (HoldPhase.BLOCKING, HoldPhase.SWAPPING, HoldPhase.SWAPPED):
             gang = self._gang_pods()
             h.update(gang_pods=tuple(p.name for p in gang), gang_bound=all(p.node_name for p in gang))
@@ -260,10 +274,8 @@ class Guard:
             self._to(P.UNBLOCKED)
         for u in plan.to_create:
             self._create_blocker(u)
-        if plan.publish is not None:
-            self._publish(plan.publish)
-        if plan.revoke:
-            self._revoke_passes()
+        if plan.publish is not None or plan.grants is not None:
+            self._annotate_lease(plan.publish, plan.grants)
         if plan.swap:
             if self.phase == P.BLOCKING:
                 self._to(P.SWAPPING)
@@ -279,7 +291,7 @@ class Guard:
     def _create_ticket(self, now: float) -> bool:
         """Join the line: our ticket Lease, labelled as a proven ticket. False when it exists already (a create
         whose answer was lost: read back next step)."""
-        t0 = _micro_time()
+        t0 = micro_time()
         try:
             made = self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
                 "name": self.ticket, "namespace": self.ns,
@@ -296,7 +308,7 @@ class Guard:
 
     def _renew_ticket(self, mine: Ticket, now: float) -> None:
         self.kube.merge_patch(*LEASE, self.ticket, self.ns, {"metadata": {"resourceVersion": mine.resource_version},
-                                                             "spec": {"renewTime": _micro_time()}})
+                                                             "spec": {"renewTime": micro_time()}})
         self._last_ticket = now
 
     def _clear_gone(self, plan: GuardStep, event: GuardEvent | None) -> None:
@@ -430,61 +442,46 @@ class Guard:
         return read_lease(self.kube, self.lease_name, self.ns)
 
     def _create_lease(self) -> None:
-        t = _micro_time()
+        t = micro_time()
         self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
             "name": self.lease_name, "namespace": self.ns, "labels": {KEY_GUARD_SCOPE: self.scope}},
             "spec": {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t,
                      "renewTime": t, "leaseTransitions": 0}})
 
     def _write_lease(self, lease: LeaseView, acquire: bool) -> None:
-        t = _micro_time()
+        t = micro_time()
         spec: dict[str, Any] = {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": t}
-        if acquire:
+        md: dict[str, Any] = {"resourceVersion": lease.resource_version}
+        if acquire:  # the last holder's estimate and answers are not ours; the answers' revision counts on
             spec.update(acquireTime=t, leaseTransitions=lease.transitions + 1)
-        self.kube.merge_patch(*LEASE, self.lease_name, self.ns,
-                              {"metadata": {"resourceVersion": lease.resource_version}, "spec": spec})
+            md["annotations"] = {ANNOTATION_GUARD_START: None, ANNOTATION_GUARD_GRANTS: _no_answers(lease)}
+        self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {"metadata": md, "spec": spec})
 
     def _free_lease(self) -> None:
         lease = self._read_lease()
         if lease is not None and lease.holder == self.tag:
             self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {
-                "metadata": {"resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: None}},
+                "metadata": {"resourceVersion": lease.resource_version,
+                             "annotations": {ANNOTATION_GUARD_START: None, ANNOTATION_GUARD_GRANTS: _no_answers(lease)}},
                 "spec": {"holderIdentity": None}})
         self.published = None
 
-    def _publish(self, value: str) -> None:
-        """Write the hold's estimated start (whole unix seconds; "" when unknown: plan_guard_step says when) on
-        the Lease by a merge patch carrying the resourceVersion just read: a 409 is left for the next step to
-        re-read, never overwritten. Only while we hold the Lease."""
+    def _annotate_lease(self, start: str | None, grants: str | None) -> None:
+        """Write the hold's estimated start (whole unix seconds; "" when unknown) and the answers to backfill
+        asks (``raygpu.io/guard-grants``), whichever is not None, on the Lease in one merge patch carrying the
+        resourceVersion just read: a 409 is left for the next step to re-read, never overwritten. Only while
+        we hold the Lease: the holder is the only writer of both."""
         lease = self._read_lease()
         if lease is None or lease.holder != self.tag:
             return
+        ann = {k: v or None for k, v in ((ANNOTATION_GUARD_START, start), (ANNOTATION_GUARD_GRANTS, grants)) if v is not None}
         try:
             self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {"metadata": {
-                "resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: value or None}}})
+                "resourceVersion": lease.resource_version, "annotations": ann}})
         except ConflictError:
             return  # changed since read: re-read next step
-        self.published = value
-
-    def _pending_passes(self) -> list[dict[str, Any]]:
-        """raygpu's pods in the gang's namespace still pending (unbound, not going) with our pass."""
-        return [p for p in self.kube.list("v1", "Pod", self.plan.namespace, f"{LABEL_GUARD_PASS}={self.tag},{LABEL_RESERVATION}")
-                if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")]
-
-    def _revoke_passes(self) -> int:
-        """Before the swap: take our pass off raygpu's backfill pods still pending (unbound) in the
-        namespace, so none races the gang for the room it waited for. Only pods raygpu made (label
-        raygpu.io/reservation) are touched, each under its resourceVersion. Returns how many it revoked."""
-        n = 0
-        for p in self._pending_passes():
-            md = p["metadata"]
-            try:
-                self.kube.merge_patch("v1", "Pod", md["name"], self.plan.namespace, {"metadata": {
-                    "resourceVersion": md.get("resourceVersion"), "labels": {LABEL_GUARD_PASS: None}}})
-            except ConflictError:
-                pass  # changed since read: looked at again next step (the swap waits for it)
-            n += 1
-        return n
+        if start is not None:
+            self.published = start
 
     # ------------------------------------------------------------- endings
     def _time_out(self, plan: GuardStep, event: GuardEvent) -> None:

@@ -93,6 +93,9 @@ ANNOTATION_GUARD_TIMEOUTS = "raygpu.io/guard-timeouts"  # on a state ConfigMap: 
 ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state ConfigMap and its pods: the driver's runtime hint
 LABEL_GUARD_PASS = "raygpu.io/guard-pass"  # on a backfilling gang's pending pods: the holder whose blockers let them in
 ANNOTATION_GUARD_START = "raygpu.io/guard-estimated-start"  # on a scope's Lease: the hold's estimated start (unix s)
+ANNOTATION_GUARD_GRANTS = "raygpu.io/guard-grants"  # on a scope's Lease, by its holder only: "<rev>;<tag>=yes|no,..."
+LABEL_GUARD_ASK = "raygpu.io/guard-ask"  # on an ask Lease (<scope lease>.ask.<gang tag>): the scope Lease it asks
+ANNOTATION_GUARD_ASK = "raygpu.io/guard-ask"  # on an ask Lease, by its gang only: "<grant rev seen>;<pending pods with a pass>"
 GUARD_GATE = "raygpu.io/guard"  # schedulingGate on a guarded reservation's pods until the guard swaps them in
 BACKFILL_GATE = "raygpu.io/backfill"  # schedulingGate on a hinted gang's pods until its first backfill decision
 PRIORITY_CLASS_BLOCKER = "raygpu-guard-blocker"  # deploy/guard/priorityclasses.yaml: above user pods (none of

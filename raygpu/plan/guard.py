@@ -18,10 +18,10 @@ from typing import Mapping, Sequence
 from raygpu.model.base import Frozen
 from raygpu.model.gang import NodeFree
 from raygpu.model.gc import ReservationRecord
-from raygpu.model.guard import (HELD, LEASE_DURATION_S, STEP_DOWN_S, Blocker, HoldPhase, HoldUnit, LeaseView, Ticket,
-                                WaitingGang)
+from raygpu.model.guard import (HELD, LEASE_DURATION_S, STEP_DOWN_S, Ask, Blocker, HoldPhase, HoldUnit, LeaseView, Ticket,
+                                WaitingGang, format_grants)
 from raygpu.model.views import K8sPodView
-from raygpu.plan.backfill import estimated_start_s, fit_time_s
+from raygpu.plan.backfill import decide_backfill, estimated_start_s, fit_time_s
 from raygpu.plan.common.free_index import fits
 
 
@@ -217,7 +217,6 @@ class HoldView(Frozen):
     pods_by_node: dict[str, tuple[K8sPodView, ...]] = {}  # the pods bound there
     gang_pods: tuple[str, ...] = ()  # the reservation's pods (not being deleted), by name
     gang_bound: bool = False  # every one of them bound
-    passes_pending: int = 0  # raygpu pods still pending with our pass raygpu.io/guard-pass=<tag>
 
 
 class GuardObservation(Frozen):
@@ -245,6 +244,8 @@ class GuardObservation(Frozen):
     gpu_resource: str | None = None
     wall_s: float = 0.0
     published: str | None = None  # the estimated start last written on the Lease ("" = none)
+    asks: tuple[Ask, ...] = ()  # the scope's proven backfill asks (read while holding)
+    asks_unchanged_for_s: dict[str, float] = {}  # ask name -> how long its record has looked the same
     hold: HoldView | None = None
 
 
@@ -259,7 +260,7 @@ class GuardStep(Frozen):
     phase): ``release`` or ``time_out`` end it; else ``stop`` (-> stopped), ``delete_mine`` (-> waiting or
     failed), ``ticket``, ``lease``, ``take`` (-> choosing), ``again`` (look again this step), the gone gangs'
     ``to_delete`` and ``tickets_to_delete``, ``nodes`` (-> blocking), ``unblock`` (-> unblocked),
-    ``to_create``, ``publish``, ``revoke``, ``swap`` (-> swapping -> swapped)."""
+    ``to_create``, ``publish`` and ``grants`` (one Lease patch), ``swap`` (-> swapping -> swapped)."""
 
     phases: tuple[HoldPhase, ...] = ()  # the phases entered, in order; the last is where the step ends
     release: bool = False  # past ``reserved``: our blockers, the Lease (if ours) and our ticket go
@@ -277,7 +278,7 @@ class GuardStep(Frozen):
     unblock: bool = False  # every gang pod bound: delete our blockers
     to_create: tuple[HoldUnit, ...] = ()
     publish: str | None = None  # the estimated start to write on the Lease (unix s, "" = none); None: unchanged
-    revoke: bool = False  # take our pass off raygpu's pending pods before the swap
+    grants: str | None = None  # the answers to backfill asks to write on the Lease (format_grants); None: unchanged
     swap: bool = False  # label, pin and ungate the gang's pods
     events: tuple[GuardEvent, ...] = ()
     progress: tuple[str, ...] = ()  # lines for the driver's progress log
@@ -302,8 +303,10 @@ def plan_guard_step(o: GuardObservation) -> GuardStep:
     line: our ticket (create, or renew every LEASE_DURATION_S / 3), :func:`live_tickets`,
     :func:`decide_lease`; holding and the Lease not ours to renew: stop. Holding: delete the blockers and
     tickets of gangs proven gone and wait for a live gang's blockers (:func:`blockers_to_clear`), choose the
-    nodes once (:func:`choose_nodes`), then :func:`plan_hold`, publish the estimated start, revoke our passes
-    before the swap, swap; swapped: unblock once every gang pod is bound.
+    nodes once (:func:`choose_nodes`), then :func:`plan_hold`, publish the estimated start, answer the live
+    backfill asks (:func:`answer_asks`: grant, refuse, or before the swap revoke every pass and wait until each
+    asker has seen that and has no pending pod with a pass), swap; swapped: unblock once every gang pod is
+    bound.
     """
     P = HoldPhase
     if o.phase == P.RELEASED:
@@ -356,6 +359,7 @@ def plan_guard_step(o: GuardObservation) -> GuardStep:
     if h is None:  # (held, but this look read nothing of the hold: look again)
         return GuardStep(phases=tuple(phases), events=tuple(events), lease=write, again=True, **base)
     to_delete, wait = blockers_to_clear(h.scope_blockers, {t.uid for t in live}, o.ticket.uid)
+    asking, _ = live_asks(o.asks, o.asks_unchanged_for_s)
     base.update(lease=write, to_delete=tuple(to_delete), tickets_to_delete=tuple(gone))
     if to_delete or gone:
         events.append(GuardEvent(reason="GuardTookOver", message=(
@@ -392,12 +396,15 @@ def plan_guard_step(o: GuardObservation) -> GuardStep:
     hold = plan_hold(units, h.blockers, h.free, need_at, o.held_for_s, o.max_hold_s)
     if hold.timed_out:
         return _time_out(o, hold.reason, False)
-    publish = _publish(estimated_start_s(need_at, h.allocatable, h.pods_by_node, o.wall_s), o.published, o.wall_s)
-    base.update(to_create=hold.to_create, publish=publish, reason=hold.reason)
+    start_s = estimated_start_s(need_at, h.allocatable, h.pods_by_node, o.wall_s)
     swapping = phase == P.SWAPPING
-    if hold.swap and not swapping and h.passes_pending:
-        # backfill pods still pending with our pass: without it they cannot race the gang; swap next step
-        return GuardStep(phases=tuple(phases), events=tuple(events), revoke=True, **base)
+    grants, clear = answer_asks(o, asking, start_s, revoke=hold.swap or swapping)
+    base.update(to_create=hold.to_create, publish=_publish(start_s, o.published, o.wall_s), grants=grants,
+                reason=hold.reason)
+    if hold.swap and not swapping and (grants is not None or not clear):
+        # a pass may still let a backfill pod in: revoked first; the swap waits until every asker took it off
+        return GuardStep(phases=tuple(phases), events=tuple(events), **{
+            **base, "reason": "before the swap: every backfill pass revoked; waiting for the askers to take it off"})
     if (hold.swap or swapping) and len(h.gang_pods) == o.pod_count:  # a swap cut short: the pods it let in use the room
         if not swapping:
             phases.append(P.SWAPPING)
@@ -405,6 +412,33 @@ def plan_guard_step(o: GuardObservation) -> GuardStep:
         return GuardStep(phases=tuple(phases), events=tuple(events), swap=True, progress=(
             f"guard: every chosen node blocked and with room; {len(h.gang_pods)} pods of {o.gang} ungated",), **base)
     return GuardStep(phases=tuple(phases), events=tuple(events), **base)
+
+
+def live_asks(asks: Sequence[Ask], unchanged_for_s: Mapping[str, float]) -> tuple[list[Ask], list[Ask]]:
+    """The scope's proven backfill asks split into (live, gone), as :func:`live_tickets` does: an ask whose
+    record has looked the same on the holder's clock for longer than its leaseDurationSeconds is gone (its
+    driver died or is cut off; a live one renews every LEASE_DURATION_S / 3): answered and waited for no more."""
+    live, gone = [], []
+    for a in asks:
+        (live if unchanged_for_s.get(a.name, 0.0) <= a.lease_duration_s else gone).append(a)
+    return live, gone
+
+
+def answer_asks(o: GuardObservation, live: Sequence[Ask], start_s: float | None,
+                revoke: bool) -> tuple[str | None, bool]:
+    """The holder's answers to the scope's live backfill asks: each granted when it ends a margin before the
+    hold's estimated start (plan.backfill.decide_backfill, on the holder's clock), all refused when
+    ``revoke`` (the swap is due). Returns (the ``raygpu.io/guard-grants`` to write, None when the answers are
+    unchanged; whether no pass can let a pod in any more: nothing granted on the Lease, and every live asker
+    reports the Lease's current revision acted on and no pending pod with a pass). The revision only grows
+    while the Lease exists (model.guard.format_grants), so a report names the one write it acted on: an
+    asker that read "yes" just before the revocation is waited for until it reports the revocation's."""
+    rev, now = (o.lease.grant_rev, o.lease.grants) if o.lease is not None else (0, {})
+    answers = {a.tag: not revoke and decide_backfill(a.tag, o.tag, start_s, a.hint_s, o.wall_s).pass_for == o.tag
+               for a in live}
+    write = format_grants(rev + 1, answers) if answers != now else None
+    clear = not any(now.values()) and all(a.seen_rev == rev and a.passes == 0 for a in live)
+    return write, clear
 
 
 def _stopped(o: GuardObservation, why: str, swapped: bool, phases: list[HoldPhase],

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from raygpu.model.gang import NodeFree
-from raygpu.model.guard import STEP_DOWN_S, Blocker, HoldPhase, LeaseView, Ticket, check_hold_transition
+from raygpu.model.guard import STEP_DOWN_S, Ask, Blocker, HoldPhase, LeaseView, Ticket, check_hold_transition
+from raygpu.model.views import K8sPodView
 from raygpu.plan.guard import GuardObservation, HoldView, LeaseAction, TicketAction, plan_guard_step
 
 P = HoldPhase
@@ -22,8 +23,13 @@ def ticket(tag: str, created: float, uid: str = "") -> Ticket:
 MINE = ticket(ME, 100)
 
 
-def lease(holder: str) -> LeaseView:
-    return LeaseView(name="raygpu-guard-default", namespace="raygpu-system", resource_version="7", holder=holder)
+def lease(holder: str, rev: int = 0, **grants: bool) -> LeaseView:
+    return LeaseView(name="raygpu-guard-default", namespace="raygpu-system", resource_version="7", holder=holder,
+                     grant_rev=rev, grants=grants)
+
+
+def ask(tag: str, seen: int = 0, passes: int = 0, hint: float = 10) -> Ask:
+    return Ask(name=f"raygpu-guard-default.ask.{tag}", tag=tag, hint_s=hint, seen_rev=seen, passes=passes)
 
 
 def node(name: str, gpus_free: float) -> NodeFree:
@@ -75,8 +81,25 @@ CASES = {  # name: (observation, what the plan must say)
         dict(nodes=("n2", "n3"), phases=(P.BLOCKING,), to_create_n=2, events=("GuardHeld",))),
     "choosing, no fit: still choosing": (obs(P.CHOOSING, hold=HoldView(candidates=(node("n1", 8),))),
                                          dict(nodes=None, phases=(), to_create_n=0)),
-    "room on every blocked node, a pass pending: revoke first, no swap": (
-        obs(P.BLOCKING, hold=ROOM.model_copy(update={"passes_pending": 1})), dict(revoke=True, swap=False, phases=())),
+    "room on every blocked node, a pass granted: every pass revoked first, no swap": (
+        obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 1, bf=True), asks=(ask("bf", 1, passes=1),)),
+        dict(grants="2;bf=no", swap=False, phases=())),
+    "revoked, but the asker has not acted on it yet: no swap": (
+        obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2, bf=False), asks=(ask("bf", 1, passes=0),)),
+        dict(grants=None, swap=False, phases=())),
+    "revoked, and the asker still has a pending pod with the pass: no swap": (
+        obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2, bf=False), asks=(ask("bf", 2, passes=1),)),
+        dict(grants=None, swap=False, phases=())),
+    "revoked and taken off by every asker: swap": (
+        obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2, bf=False), asks=(ask("bf", 2, passes=0),)),
+        dict(grants=None, swap=True, phases=(P.SWAPPING, P.SWAPPED))),
+    "a gone asker is not waited for": (
+        obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2), asks=(ask("bf", 1, passes=1),),
+            asks_unchanged_for_s={"raygpu-guard-default.ask.bf": 31}),
+        dict(grants=None, swap=True)),
+    "an asker reporting another revision than the Lease's (an earlier Lease's) is waited for": (
+        obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2, bf=False), asks=(ask("bf", 3, passes=0),)),
+        dict(grants=None, swap=False, phases=())),
     "room on every blocked node: swap": (obs(P.BLOCKING, hold=ROOM), dict(swap=True, phases=(P.SWAPPING, P.SWAPPED))),
     "a swap cut short: finished although the room is taken": (obs(P.SWAPPING, hold=SHORT),
                                                               dict(swap=True, phases=(P.SWAPPED,))),
@@ -113,6 +136,17 @@ def test_one_step_plan(name):
     for p in plan.phases:  # every phase the plan enters is an edge of the table
         at = check_hold_transition(at, p)
     assert plan_guard_step(o) == plan  # pure: the same look, the same plan
+
+
+def test_the_holder_alone_answers_asks_by_the_hint_on_its_own_clock():
+    t3 = K8sPodView(name="t3", namespace="default", node_name="n3", phase="Running", requests={GPU: 2.0},
+                    started_at_s=900.0, active_deadline_s=200)  # n3 frees at 1100: the hold starts then
+    hold = SHORT.model_copy(update={"pods_by_node": {"n3": (t3,)}})
+    plan = plan_guard_step(obs(P.BLOCKING, hold=hold, wall_s=1000.0, asks=(ask("fits", hint=70), ask("late", hint=71))))
+    assert plan.publish == "1100" and plan.grants == "1;fits=yes,late=no"  # 1000 + 70 + 30 margin <= 1100
+    again = obs(P.BLOCKING, hold=hold, wall_s=1000.0, lease=lease(ME, 1, fits=True, late=False),
+                asks=(ask("fits", 1, hint=70), ask("late", 1, hint=71)))
+    assert plan_guard_step(again).grants is None  # unchanged: not rewritten
 
 
 def test_a_roll_back_carries_why_and_says_so_once():
