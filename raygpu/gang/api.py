@@ -380,6 +380,8 @@ class GangPlacementGroup:
         self._remove_ray_pg(pg_wait_s)
         if self.guard is not None:  # its blockers also go with its ticket (ownerReference), or the next holder
             _attempt(self._progress, "ending the guard", lambda: self.guard.release(failure or "released"))
+        if self.backfill is not None:  # its ask goes; else the holder deletes it once it looks unchanged for 30 s
+            _attempt(self._progress, "withdrawing the backfill ask", self.backfill.release)
         result = "done"
         if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) is GroupOutcome.DRAINING:
             result = "draining"

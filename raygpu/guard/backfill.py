@@ -48,6 +48,7 @@ class Backfill:
         self._asked_at: float | None = None  # our clock: when we first asked the current holder
         self._asked_holder = ""
         self._ask_written: tuple[str, float] | None = None  # (annotation value, when) of our last ask write
+        self._asked = False  # an ask write was tried (it may exist): deleted when we end
         self._last_step = float("-inf")
 
     @classmethod
@@ -132,9 +133,10 @@ class Backfill:
             return
         ann = {ANNOTATION_GUARD_ASK: value, ANNOTATION_EXPECTED_RUNTIME: f"{self.expected_runtime_s:g}"}
         t = micro_time()
+        self._asked = True
         try:
             self.kube.merge_patch(*LEASE, self.ask, self.ns, {"metadata": {"annotations": ann}, "spec": {"renewTime": t}})
-        except NotFoundError:  # not made yet
+        except NotFoundError:  # not made yet, or deleted by the holder as gone (we were cut off): made again
             try:
                 self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
                     "name": self.ask, "namespace": self.ns, "annotations": ann,
@@ -145,12 +147,19 @@ class Backfill:
                 return  # made meanwhile (a create whose answer was lost): patched next step
         self._ask_written = (value, now)
 
+    def release(self) -> None:
+        """The reservation ended (released, rolled back): our ask goes and the backfill stops. Idempotent;
+        raises RayGpuError when the delete failed (called again, it finishes; else the holder deletes the ask
+        once it has looked unchanged for LEASE_DURATION_S)."""
+        self._withdraw()
+        self.done = True
+
     def _withdraw(self) -> None:
         """Our ask goes once our pods are bound or the reservation ended (already gone is fine)."""
-        if self._ask_written is None:
+        if not self._asked:
             return
         try:
             self.kube.delete(*LEASE, self.ask, self.ns)
         except NotFoundError:
             pass
-        self._ask_written = None
+        self._asked, self._ask_written = False, None

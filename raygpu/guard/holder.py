@@ -313,7 +313,8 @@ class Guard:
 
     def _clear_gone(self, plan: GuardStep, event: GuardEvent | None) -> None:
         """As the holder: delete the blockers (uid precondition) proven to belong to a gang that is gone (their
-        owner ticket is not live) and the gone tickets (plan.guard.blockers_to_clear)."""
+        owner ticket is not live), the gone tickets (plan.guard.blockers_to_clear) and the gone backfill asks
+        (plan.guard.live_asks)."""
         for b in plan.to_delete:
             try:
                 self.kube.delete("v1", "Pod", b.name, self.ns, uid=b.uid)
@@ -325,6 +326,12 @@ class Guard:
             except (ConflictError, NotFoundError):
                 pass
             self._tickets_seen.pop(t.name, None)
+        for a in plan.asks_to_delete:  # a backfilling gang gone: its ask is answered and waited for no more
+            try:
+                self.kube.delete(*LEASE, a.name, self.ns, uid=a.uid or None)
+            except (ConflictError, NotFoundError):
+                pass
+            self._asks_seen.pop(a.name, None)
         if event is not None:
             self._emit(event)
 

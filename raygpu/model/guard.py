@@ -246,11 +246,12 @@ class Ask(Frozen):
     the guard namespace, labelled ``raygpu.io/guard-ask=<scope lease>``, named
     ``<scope lease>.ask.<holderIdentity>``) is answered. Written by its gang only: its runtime hint,
     the grant revision it last acted on, and how many of its pending pods carry a pass. Its record
-    (renewTime, resourceVersion) unchanged for ``lease_duration_s`` on the holder's clock: gone, answered
-    and waited for no more."""
+    (renewTime, resourceVersion) unchanged for ``lease_duration_s`` on the holder's clock: gone, and the
+    holder deletes it."""
 
     name: str
     tag: str
+    uid: str = ""  # the holder deletes a gone ask under this uid precondition
     hint_s: float | None = None
     seen_rev: int = 0
     passes: int = 0
@@ -276,7 +277,7 @@ class Ask(Frozen):
         seen_s, _, passes_s = str(ann.get(ANNOTATION_GUARD_ASK, "")).partition(";")
         seen, passes = _whole(seen_s), _whole(passes_s)
         duration = spec.get("leaseDurationSeconds")
-        return cls(name=md["name"], tag=tag, hint_s=hint if hint is not None and 0 < hint < math.inf else None,
+        return cls(name=md["name"], tag=tag, uid=md.get("uid", ""), hint_s=hint if hint is not None and 0 < hint < math.inf else None,
                    seen_rev=seen, passes=passes, resource_version=md.get("resourceVersion", ""),
                    renew_time=str(spec.get("renewTime") or ""),
                    lease_duration_s=duration if isinstance(duration, int) and duration > 0 else LEASE_DURATION_S)

@@ -259,8 +259,9 @@ class GuardStep(Frozen):
     """One step's plan, acted on in this order (each an edge of ALLOWED_HOLD_TRANSITIONS where it moves the
     phase): ``release`` or ``time_out`` end it; else ``stop`` (-> stopped), ``delete_mine`` (-> waiting or
     failed), ``ticket``, ``lease``, ``take`` (-> choosing), ``again`` (look again this step), the gone gangs'
-    ``to_delete`` and ``tickets_to_delete``, ``nodes`` (-> blocking), ``unblock`` (-> unblocked),
-    ``to_create``, ``publish`` and ``grants`` (one Lease patch), ``swap`` (-> swapping -> swapped)."""
+    ``to_delete``, ``tickets_to_delete`` and ``asks_to_delete``, ``nodes`` (-> blocking), ``unblock``
+    (-> unblocked), ``to_create``, ``publish`` and ``grants`` (one Lease patch), ``swap`` (-> swapping ->
+    swapped)."""
 
     phases: tuple[HoldPhase, ...] = ()  # the phases entered, in order; the last is where the step ends
     release: bool = False  # past ``reserved``: our blockers, the Lease (if ours) and our ticket go
@@ -274,6 +275,7 @@ class GuardStep(Frozen):
     again: bool = False  # the phase moved to one that reads more: observe and plan again this step
     to_delete: tuple[Blocker, ...] = ()  # gone gangs' blockers (uid precondition)
     tickets_to_delete: tuple[Ticket, ...] = ()  # gone tickets (uid precondition)
+    asks_to_delete: tuple[Ask, ...] = ()  # gone backfill asks (uid precondition)
     nodes: tuple[str, ...] | None = None  # chosen this step
     unblock: bool = False  # every gang pod bound: delete our blockers
     to_create: tuple[HoldUnit, ...] = ()
@@ -301,8 +303,9 @@ def plan_guard_step(o: GuardObservation) -> GuardStep:
     out, for good. Holding with no Lease write landed for ``STEP_DOWN_S``: stop (before anyone may take the
     Lease). Stopped: delete our blockers, then back in line (or failed, when swapped in already). Then the
     line: our ticket (create, or renew every LEASE_DURATION_S / 3), :func:`live_tickets`,
-    :func:`decide_lease`; holding and the Lease not ours to renew: stop. Holding: delete the blockers and
-    tickets of gangs proven gone and wait for a live gang's blockers (:func:`blockers_to_clear`), choose the
+    :func:`decide_lease`; holding and the Lease not ours to renew: stop. Holding: delete the blockers,
+    tickets and backfill asks of gangs proven gone (:func:`live_tickets`, :func:`live_asks`) and wait for a
+    live gang's blockers (:func:`blockers_to_clear`), choose the
     nodes once (:func:`choose_nodes`), then :func:`plan_hold`, publish the estimated start, answer the live
     backfill asks (:func:`answer_asks`: grant, refuse, or before the swap revoke every pass and wait until each
     asker has seen that and has no pending pod with a pass), swap; swapped: unblock once every gang pod is
@@ -359,8 +362,9 @@ def plan_guard_step(o: GuardObservation) -> GuardStep:
     if h is None:  # (held, but this look read nothing of the hold: look again)
         return GuardStep(phases=tuple(phases), events=tuple(events), lease=write, again=True, **base)
     to_delete, wait = blockers_to_clear(h.scope_blockers, {t.uid for t in live}, o.ticket.uid)
-    asking, _ = live_asks(o.asks, o.asks_unchanged_for_s)
-    base.update(lease=write, to_delete=tuple(to_delete), tickets_to_delete=tuple(gone))
+    asking, gone_asks = live_asks(o.asks, o.asks_unchanged_for_s)
+    base.update(lease=write, to_delete=tuple(to_delete), tickets_to_delete=tuple(gone),
+                asks_to_delete=tuple(gone_asks))
     if to_delete or gone:
         events.append(GuardEvent(reason="GuardTookOver", message=(
             f"{o.gang}: removed {len(to_delete)} blocker(s) and {len(gone)} ticket(s) of gangs gone from scope "
@@ -417,7 +421,7 @@ def plan_guard_step(o: GuardObservation) -> GuardStep:
 def live_asks(asks: Sequence[Ask], unchanged_for_s: Mapping[str, float]) -> tuple[list[Ask], list[Ask]]:
     """The scope's proven backfill asks split into (live, gone), as :func:`live_tickets` does: an ask whose
     record has looked the same on the holder's clock for longer than its leaseDurationSeconds is gone (its
-    driver died or is cut off; a live one renews every LEASE_DURATION_S / 3): answered and waited for no more."""
+    driver died or is cut off; a live one renews every LEASE_DURATION_S / 3). The holder deletes it."""
     live, gone = [], []
     for a in asks:
         (live if unchanged_for_s.get(a.name, 0.0) <= a.lease_duration_s else gone).append(a)

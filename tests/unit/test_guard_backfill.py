@@ -283,6 +283,42 @@ def test_the_pass_label_has_one_writer_the_backfilling_gang_never_the_holder():
     assert log and {who for who, _ in log} == {"backfill"}, log  # the holder never patched the label
 
 
+def asks(w: World) -> dict[str, dict]:
+    return {k[2]: o for k, o in w.kube.objects.items() if k[0] == "Lease" and ".ask." in k[2]}
+
+
+def test_a_gone_askers_ask_is_deleted_by_the_holder_under_its_uid_and_a_renewed_one_never():
+    w, wall = hinted_world(t3_ads=200)
+    w.step()
+    alive, _ = backfiller(w, wall, "alive", hint=10)
+    dead, _ = backfiller(w, wall, "dead", hint=10)
+    w.clock.tick()
+    ask_and_answer(w, alive, dead)
+    uid = asks(w)[dead.ask]["metadata"]["uid"]
+    for _ in range(20):  # 40 s: the dead gang's driver no longer steps; the live one renews every 10 s
+        w.step()
+        alive.step(S.RESERVED)
+    assert set(asks(w)) == {alive.ask}  # gone once unchanged for 30 s on the holder's clock
+    assert ("Lease", dead.ask, uid) in w.deletes  # under its uid: never a same-named newer ask
+    assert f"{dead.tag}=" not in w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_GRANTS]  # no longer answered
+
+
+def test_an_ask_deleted_while_its_gang_lives_is_made_again_and_a_release_withdraws_it():
+    w, wall = hinted_world(t3_ads=200)
+    w.step()
+    bf, _ = backfiller(w, wall, "cut", hint=10)
+    w.clock.tick()
+    ask_and_answer(w, bf)
+    del w.kube.objects[("Lease", w.guard.ns, bf.ask)]  # (the holder took it for gone: its driver was cut off)
+    for _ in range(6):  # renewed within LEASE_DURATION_S / 3: the patch finds it gone and makes it again
+        w.clock.tick()
+        bf.step(S.RESERVED)
+    assert bf.ask in asks(w)
+    bf.release()  # the reservation was removed while its pods were pending (the watchdog no longer steps)
+    assert not asks(w) and bf.done
+    bf.release()  # idempotent
+
+
 def test_taking_or_freeing_the_lease_clears_the_answers_and_keeps_counting_their_revision():
     w, wall = hinted_world(t3_ads=200)
     w.step()

@@ -93,10 +93,18 @@ CASES = {  # name: (observation, what the plan must say)
     "revoked and taken off by every asker: swap": (
         obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2, bf=False), asks=(ask("bf", 2, passes=0),)),
         dict(grants=None, swap=True, phases=(P.SWAPPING, P.SWAPPED))),
-    "a gone asker is not waited for": (
+    "a gone asker is not waited for, and its ask is deleted": (
         obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2), asks=(ask("bf", 1, passes=1),),
             asks_unchanged_for_s={"raygpu-guard-default.ask.bf": 31}),
-        dict(grants=None, swap=True)),
+        dict(grants=None, swap=True, asks_to_delete_n=1)),
+    "an ask renewed within its duration is live: answered, never deleted": (
+        obs(P.BLOCKING, hold=SHORT, lease=lease(ME, 2, bf=False), asks=(ask("bf", 2),),
+            asks_unchanged_for_s={"raygpu-guard-default.ask.bf": 30}),
+        dict(grants=None, asks_to_delete_n=0)),
+    "a gone ask is deleted in any holding phase, before nodes are chosen too": (
+        obs(P.CHOOSING, hold=HoldView(candidates=(node("n1", 2),)), asks=(ask("bf"),),
+            asks_unchanged_for_s={"raygpu-guard-default.ask.bf": 31}),
+        dict(asks_to_delete_n=1, nodes=None)),
     "an asker reporting another revision than the Lease's (an earlier Lease's) is waited for": (
         obs(P.BLOCKING, hold=ROOM, lease=lease(ME, 2, bf=False), asks=(ask("bf", 3, passes=0),)),
         dict(grants=None, swap=False, phases=())),
