@@ -14,7 +14,7 @@ ready within ``timeout_s``. ``remove_placement_group``, the context manager, int
 all release it; a driver killed outright is collected by the sidecar's garbage collection. Ctrl-C and
 interpreter exit are bounded (``EXIT_BUDGET_S``); what is left goes to a detached
 ``python -m raygpu.gang.finisher``, then the sidecar's GC. Guarded reservations (the starvation guard):
-``raygpu.gang.guard``; backfill: ``raygpu.gang.backfill``.
+``raygpu.guard.holder``; backfill: ``raygpu.guard.backfill``.
 
 Asyncio drivers (Ray Serve, asyncio apps) use the async face, which never blocks the event loop: waiting
 is ``await asyncio.sleep`` between looks at the handle's state (which the watchdog thread keeps current),
@@ -50,10 +50,10 @@ from typing import Any, AsyncIterator, Callable, Iterator
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.adapters.ray_extra import import_ray
 from raygpu.errors import ForbiddenError, NotFoundError, PermanentError
-from raygpu.gang.backfill import Backfill
-from raygpu.gang.guard import Guard
 from raygpu.gang.requests import gang_request
 from raygpu.gang.reservation import EXIT_DRAIN_S, RELEASE_DRAIN_S, GroupOutcome, Reservation, reserve
+from raygpu.guard.backfill import Backfill
+from raygpu.guard.holder import Guard
 from raygpu.model.gang import GangPlan, ReservationState
 from raygpu.model.labels import LABEL_RESERVATION
 
@@ -168,8 +168,8 @@ class GangPlacementGroup:
         self._lock = threading.Lock()  # one release attempt at a time
         self.error: str | None = None
         self._deadline = clock() + reservation.request.timeout_s
-        self.guard = Guard.of(reservation, clock, self._progress)  # the starvation guard (gang/guard.py), or None
-        self.backfill = Backfill.of(reservation, clock, self._progress)  # an unguarded hinted gang (gang/backfill.py)
+        self.guard = Guard.of(reservation, clock, self._progress)  # the starvation guard (guard/holder.py), or None
+        self.backfill = Backfill.of(reservation, clock, self._progress)  # an unguarded hinted gang (guard/backfill.py)
         self.watchdog = Watchdog(self, clock)
         if start_watchdog:
             self.watchdog.start()
@@ -380,6 +380,8 @@ class GangPlacementGroup:
         self._remove_ray_pg(pg_wait_s)
         if self.guard is not None:  # its blockers also go with its ticket (ownerReference), or the next holder
             _attempt(self._progress, "ending the guard", lambda: self.guard.release(failure or "released"))
+        if self.backfill is not None:  # its ask goes; else the holder deletes it once it looks unchanged for 30 s
+            _attempt(self._progress, "withdrawing the backfill ask", self.backfill.release)
         result = "done"
         if self.reservation.release(failed=failure, drain_timeout_s=drain_timeout_s) is GroupOutcome.DRAINING:
             result = "draining"
@@ -428,7 +430,7 @@ class Watchdog:
     """One thread that follows its handle's reservation until ready or released.
 
     Each step (every ``WATCH_EVERY_S``, backing off to ``WATCH_BACKOFF_MAX_S`` after failed writes) observes
-    the reserved pods, runs the starvation guard's step (gang/guard.py) or the backfill's (gang/backfill.py),
+    the reserved pods, runs the starvation guard's step (guard/holder.py) or the backfill's (guard/backfill.py),
     has the handle create the Ray placement group once the reserved Ray nodes joined, records its id, marks
     the reservation ready, heartbeats the state ConfigMap, says how the wait goes every ``WAIT_LINE_EVERY_S``
     until ready (one progress line), and rolls back (the handle's release) past the deadline. It stops when a release begins (``stop``). ``clock``: monotonic seconds, the handle's.

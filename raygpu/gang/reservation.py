@@ -428,13 +428,15 @@ def _invalid_annotation(kube: KubeAdapter, view: RayClusterView, pr: AnnotationP
 
 
 def _may_backfill(kube: KubeAdapter, namespace: str, progress: Callable[[str], None]) -> bool:
-    """Whether this driver may backfill: get the scope's Lease and patch its own pods in ``namespace``
-    (SelfSubjectAccessReviews). Said once when not: the gang is then made as usual (gang/backfill.py)."""
-    if can_i(kube, "patch", "pods", namespace=namespace) and can_i(kube, "get", "leases", "coordination.k8s.io",
-                                                                      namespace=guard_namespace(os.environ)):
+    """Whether this driver may backfill: get the scope's Lease, create, patch and delete its own ask Lease in the
+    guard namespace, and patch its own pods in ``namespace`` (SelfSubjectAccessReviews). Said once when not:
+    the gang is then made as usual (guard/backfill.py)."""
+    gns = guard_namespace(os.environ)
+    if can_i(kube, "patch", "pods", namespace=namespace) and all(
+            can_i(kube, verb, "leases", "coordination.k8s.io", namespace=gns) for verb in ("get", "create", "patch", "delete")):
         return True
-    progress("backfill off: this identity may not patch pods in the namespace or get leases in the guard namespace "
-             f"{guard_namespace(os.environ)} (docs/permissions.md)")
+    progress("backfill off: this identity may not patch pods in the namespace or get, create, patch and delete "
+             f"leases in the guard namespace {gns} (docs/permissions.md)")
     return False
 
 

@@ -9,16 +9,89 @@ See docs/guard.md.
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import Any, Mapping
 
 from raygpu.model.annotations import DEFAULT_MAX_HOLD_S, GuardPolicy, parse_guard_policy  # noqa: F401 - the guard's data
+from raygpu.errors import PermanentError
 from raygpu.model.base import Frozen, timestamp_s
-from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS,
+from raygpu.model.labels import (ANNOTATION_EXPECTED_RUNTIME, ANNOTATION_GUARD_ASK, ANNOTATION_GUARD_GANG,
+                                 ANNOTATION_GUARD_GRANTS, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS, LABEL_GUARD_ASK,
                                  ANNOTATION_RESERVATION_STATE, DEFAULT_GUARD_NAMESPACE, GUARD_NAMESPACE_ENV, KEY_GUARD_SCOPE,
                                  LABEL_GUARD_TICKET, dns_label)
 
 LEASE_DURATION_S = 30  # a holder that has not renewed for this long (on the reader's clock) has lost the Lease
+STEP_DOWN_S = 2 * LEASE_DURATION_S / 3  # a holder whose last renewal landed this long ago stops blocking: before
+#   anyone can take its Lease (LEASE_DURATION_S after they last saw it change, on their clocks)
 MAX_TIMEOUTS = 1000  # raygpu.io/guard-timeouts is read bounded: a larger count orders the same
+
+
+class HoldPhase(str, Enum):
+    """Where one guarded gang's hold stands (its driver's view; never written anywhere)."""
+
+    WAITING = "waiting"  # in line: its ticket renewed, the scope held by another or by nobody yet
+    CHOOSING = "choosing"  # holds the scope's Lease; no nodes chosen yet (none fit the gang's pods)
+    BLOCKING = "blocking"  # nodes chosen: blockers created, waiting for room on each
+    SWAPPING = "swapping"  # the swap's patches began (labelled, pinned, ungating): finished even if cut short
+    SWAPPED = "swapped"  # every gang pod ungated onto its node; waiting for all to bind
+    UNBLOCKED = "unblocked"  # every gang pod bound and the blockers deleted
+    STOPPED = "stopped"  # the hold ended early (Lease lost, or not renewed in time): its blockers still to delete
+    FAILED = "failed"  # max-hold spent, or the hold lost after the swap: never holds again; the gang is rolled back
+    RELEASED = "released"  # the reservation left ``reserved``: blockers, Lease and ticket gone; the guard is done
+
+
+P = HoldPhase
+HELD = frozenset({P.CHOOSING, P.BLOCKING, P.SWAPPING, P.SWAPPED, P.UNBLOCKED})  # holding the scope's Lease
+ALLOWED_HOLD_TRANSITIONS: dict[HoldPhase, frozenset[HoldPhase]] = {
+    P.WAITING: frozenset({
+        P.CHOOSING,  # first in line took (or created) the scope's Lease
+        P.RELEASED,  # admitted or released while in line
+    }),
+    P.CHOOSING: frozenset({
+        P.BLOCKING,  # a node per gang pod chosen (plan.guard.choose_nodes)
+        P.STOPPED,  # the Lease is another's, or was not renewed for STEP_DOWN_S
+        P.FAILED,  # max-hold spent (all this gang's holds together)
+        P.RELEASED,
+    }),
+    P.BLOCKING: frozenset({
+        P.SWAPPING,  # every blocker bound and room for the gang on every chosen node
+        P.STOPPED, P.FAILED, P.RELEASED,
+    }),
+    P.SWAPPING: frozenset({
+        P.SWAPPED,  # every gang pod labelled, pinned and ungated
+        P.STOPPED, P.FAILED, P.RELEASED,
+    }),
+    P.SWAPPED: frozenset({
+        P.UNBLOCKED,  # every gang pod bound: blockers deleted
+        P.STOPPED,  # lost after the swap: the gang is rolled back (its failure is set)
+        P.FAILED,  # not all bound within max-hold
+        P.RELEASED,
+    }),
+    P.UNBLOCKED: frozenset({
+        P.STOPPED, P.FAILED, P.RELEASED,  # the reservation is admitted next (RELEASED) unless the hold is lost first
+    }),
+    P.STOPPED: frozenset({
+        P.WAITING,  # blockers deleted: back in line with the rest of max-hold
+        P.FAILED,  # blockers deleted, but the gang was already swapped in: rolled back
+        P.RELEASED,
+    }),
+    P.FAILED: frozenset({
+        P.RELEASED,  # the watchdog rolled the gang back: Lease and ticket go
+    }),
+    P.RELEASED: frozenset(),  # terminal
+}
+del P
+
+
+def check_hold_transition(current: HoldPhase, target: HoldPhase) -> HoldPhase:
+    """Return ``target`` if ``current -> target`` is an edge of :data:`ALLOWED_HOLD_TRANSITIONS`. Raises
+    PermanentError on an illegal edge (a bug in the guard, never a cluster's state); staying in the same
+    phase is not an edge."""
+    if target not in ALLOWED_HOLD_TRANSITIONS[current]:
+        allowed = ", ".join(sorted(p.value for p in ALLOWED_HOLD_TRANSITIONS[current])) or "nothing (terminal)"
+        raise PermanentError(f"illegal hold transition {current.value} -> {target.value}; from {current.value} "
+                             f"allowed: {allowed}")
+    return target
 
 
 def parse_timeouts(raw: object) -> int:
@@ -110,6 +183,8 @@ class LeaseView(Frozen):
     renew_time: str = ""  # as written (the holder's clock): compared only for change, never against a clock
     transitions: int = 0
     estimated_start_s: float | None = None  # raygpu.io/guard-estimated-start: the hold's estimate (unix s), if any
+    grant_rev: int = 0  # raygpu.io/guard-grants: the answers' revision; only grows while the Lease exists
+    grants: dict[str, bool] = {}  # asking gang's tag -> granted (absent: not answered)
 
     @property
     def record(self) -> tuple[str, str, str]:
@@ -119,16 +194,93 @@ class LeaseView(Frozen):
     @classmethod
     def from_k8s(cls, obj: dict[str, Any]) -> "LeaseView":
         md, spec = obj["metadata"], obj.get("spec") or {}
+        ann = md.get("annotations") or {}
         duration = spec.get("leaseDurationSeconds")
         try:
-            start: float | None = float((md.get("annotations") or {}).get(ANNOTATION_GUARD_START) or "")
+            start: float | None = float(ann.get(ANNOTATION_GUARD_START) or "")
         except (TypeError, ValueError):
             start = None
+        grant_rev, grants = parse_grants(ann.get(ANNOTATION_GUARD_GRANTS))
         return cls(name=md["name"], namespace=md.get("namespace") or "", resource_version=md.get("resourceVersion", ""),
                    holder=spec.get("holderIdentity") or "",
                    lease_duration_s=duration if isinstance(duration, int) and duration > 0 else LEASE_DURATION_S,
                    renew_time=str(spec.get("renewTime") or ""), transitions=int(spec.get("leaseTransitions") or 0),
-                   estimated_start_s=start if start is not None and math.isfinite(start) else None)
+                   estimated_start_s=start if start is not None and math.isfinite(start) else None,
+                   grant_rev=grant_rev, grants=grants)
+
+
+def format_grants(rev: int, grants: Mapping[str, bool]) -> str:
+    """``raygpu.io/guard-grants``: ``<rev>;<tag>=yes|no,...`` (tags are DNS labels: no ``;``, ``=`` or ``,``).
+    The revision counts every write for the life of the Lease, across holders (taking or freeing the Lease
+    writes ``<rev + 1>;``, no answers): an asker's report of the revision it acted on names one write only."""
+    return f"{rev};" + ",".join(f"{t}={'yes' if g else 'no'}" for t, g in sorted(grants.items()))
+
+
+def parse_grants(raw: object) -> tuple[int, dict[str, bool]]:
+    """(revision, answers) from ``raygpu.io/guard-grants``; (0, {}) for anything unreadable. Never raises."""
+    rev_s, _, body = str(raw or "").partition(";")
+    if not rev_s.strip().isdigit():
+        return 0, {}
+    rev = int(rev_s)
+    out = {}
+    for item in filter(None, body.split(",")):
+        tag, _, v = item.partition("=")
+        if tag and v in ("yes", "no"):
+            out[tag] = v == "yes"
+    return rev, out
+
+
+def _whole(raw: str) -> int:
+    """A whole number >= 0 as written, 0 for anything else; never raises."""
+    raw = raw.strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+def ask_name(lease_name: str, tag: str) -> str:
+    """The ask Lease of the backfilling gang ``tag`` in the scope whose Lease is ``lease_name``."""
+    return f"{lease_name}.ask.{tag}"
+
+
+class Ask(Frozen):
+    """A backfilling gang's ask for a pass, as the holder reads it: only a *proven* ask (:meth:`from_k8s`: in
+    the guard namespace, labelled ``raygpu.io/guard-ask=<scope lease>``, named
+    ``<scope lease>.ask.<holderIdentity>``) is answered. Written by its gang only: its runtime hint,
+    the grant revision it last acted on, and how many of its pending pods carry a pass. Its record
+    (renewTime, resourceVersion) unchanged for ``lease_duration_s`` on the holder's clock: gone, and the
+    holder deletes it."""
+
+    name: str
+    tag: str
+    uid: str = ""  # the holder deletes a gone ask under this uid precondition
+    hint_s: float | None = None
+    seen_rev: int = 0
+    passes: int = 0
+    resource_version: str = ""
+    renew_time: str = ""
+    lease_duration_s: int = LEASE_DURATION_S
+
+    @property
+    def record(self) -> tuple[str, str]:
+        return (self.renew_time, self.resource_version)
+
+    @classmethod
+    def from_k8s(cls, obj: dict[str, Any], lease_name: str) -> "Ask | None":
+        md, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        labels, ann = md.get("labels") or {}, md.get("annotations") or {}
+        tag = spec.get("holderIdentity") or ""
+        if not tag or labels.get(LABEL_GUARD_ASK) != lease_name or md.get("name") != ask_name(lease_name, tag):
+            return None
+        try:
+            hint: float | None = float(ann.get(ANNOTATION_EXPECTED_RUNTIME, ""))
+        except ValueError:
+            hint = None
+        seen_s, _, passes_s = str(ann.get(ANNOTATION_GUARD_ASK, "")).partition(";")
+        seen, passes = _whole(seen_s), _whole(passes_s)
+        duration = spec.get("leaseDurationSeconds")
+        return cls(name=md["name"], tag=tag, uid=md.get("uid", ""), hint_s=hint if hint is not None and 0 < hint < math.inf else None,
+                   seen_rev=seen, passes=passes, resource_version=md.get("resourceVersion", ""),
+                   renew_time=str(spec.get("renewTime") or ""),
+                   lease_duration_s=duration if isinstance(duration, int) and duration > 0 else LEASE_DURATION_S)
 
 
 class WaitingGang(Frozen):

@@ -37,7 +37,7 @@ KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what 
 KEY_GANG_SCALE_UP = "raygpu.io/gang-scale-up"  # on | off (default off)
 KEY_GANG_SCALE_UP_IN_FLIGHT = "raygpu.io/gang-scale-up-in-flight"  # 1..64 (default 4): reservations not yet used
 KEY_GANG_SCALE_UP_TIMEOUT = "raygpu.io/gang-scale-up-timeout"  # 30s..24h (default 10m): used by then or rolled back
-# the starvation guard (raygpu.gang.guard, docs/guard.md); parsed with the rest by parse_cluster_policy
+# the starvation guard (raygpu.guard, docs/guard.md); parsed with the rest by parse_cluster_policy
 KEY_GUARD = "raygpu.io/guard"  # on a RayCluster: on | off (default off): guard every reservation of it
 KEY_MAX_HOLD = "raygpu.io/max-hold"  # on a RayCluster: 30s..6h (default 15m): the most a gang's nodes are blocked
 KEY_GUARD_SCOPE = "raygpu.io/guard-scope"  # on a RayCluster: scope name (default: the namespace); also on state
@@ -83,7 +83,7 @@ LABEL_WARM_STATE = "raygpu.io/warm-state"  # value: the RayCluster name (as a DN
 WARM_STATE_KEY = "history.json"  # its data key: raygpu.model.warm.encode_history
 
 # ---------------------------------------------------------------------------------------------
-# The starvation guard (raygpu.gang.guard, docs/guard.md)
+# The starvation guard (raygpu.guard, docs/guard.md)
 # ---------------------------------------------------------------------------------------------
 # (its RayCluster keys KEY_GUARD, KEY_MAX_HOLD, KEY_GUARD_SCOPE are policy keys: above)
 LABEL_BLOCKER = "raygpu.io/guard-blocker"  # on blocker pods: the gang's guard tag (model.guard.guard_tag)
@@ -93,6 +93,9 @@ ANNOTATION_GUARD_TIMEOUTS = "raygpu.io/guard-timeouts"  # on a state ConfigMap: 
 ANNOTATION_EXPECTED_RUNTIME = "raygpu.io/expected-runtime-s"  # on a state ConfigMap and its pods: the driver's runtime hint
 LABEL_GUARD_PASS = "raygpu.io/guard-pass"  # on a backfilling gang's pending pods: the holder whose blockers let them in
 ANNOTATION_GUARD_START = "raygpu.io/guard-estimated-start"  # on a scope's Lease: the hold's estimated start (unix s)
+ANNOTATION_GUARD_GRANTS = "raygpu.io/guard-grants"  # on a scope's Lease, by its holder only: "<rev>;<tag>=yes|no,..."
+LABEL_GUARD_ASK = "raygpu.io/guard-ask"  # on an ask Lease (<scope lease>.ask.<gang tag>): the scope Lease it asks
+ANNOTATION_GUARD_ASK = "raygpu.io/guard-ask"  # on an ask Lease, by its gang only: "<grant rev seen>;<pending pods with a pass>"
 GUARD_GATE = "raygpu.io/guard"  # schedulingGate on a guarded reservation's pods until the guard swaps them in
 BACKFILL_GATE = "raygpu.io/backfill"  # schedulingGate on a hinted gang's pods until its first backfill decision
 PRIORITY_CLASS_BLOCKER = "raygpu-guard-blocker"  # deploy/guard/priorityclasses.yaml: above user pods (none of

@@ -111,3 +111,33 @@ def decide_backfill(me: str, holder: str, start_s: float | None, expected_runtim
                                                       f"starts (hint {expected_runtime_s:g} s + margin {margin_s:g} s)")
     return BackfillDecision(pass_for=holder, reason=f"ends {start_s - end_s:.0f} s before {holder}'s hold starts "
                                                     f"(hint {expected_runtime_s:g} s + margin {margin_s:g} s)")
+
+
+ANSWER_WAIT_S = 10.0  # an ask unanswered this long (a holder answers within a step or two): lift the gate, no pass
+
+
+class PassDecision(Frozen):
+    """What a backfilling gang does with its own pending pods this step, from its holder's answer."""
+
+    pass_for: str | None  # the holder whose pass the pods carry; None: no pass (taken off where it is)
+    lift_gate: bool  # lift raygpu.io/backfill: the first scheduling try carries the answer (or none came)
+    reason: str
+
+
+def decide_pass(me: str, holder: str, grants: Mapping[str, bool], waited_s: float,
+                answer_wait_s: float = ANSWER_WAIT_S) -> PassDecision:
+    """Gang ``me`` asked the scope's holder ``holder`` for a pass; ``grants``: the holder's answers on its Lease
+    (the holder alone decides: :func:`decide_backfill` on its clock); ``waited_s``: how long it has asked, on
+    its own clock. Granted: the pass. Refused or nobody holds: no pass. Not answered yet: no pass, the gate
+    kept until ``answer_wait_s`` (so the pods' first try carries the answer)."""
+    if not holder or holder == me:
+        return PassDecision(pass_for=None, lift_gate=True, reason="no other gang holds the scope")
+    answer = grants.get(me)
+    if answer is True:
+        return PassDecision(pass_for=holder, lift_gate=True, reason=f"granted by {holder}")
+    if answer is False:
+        return PassDecision(pass_for=None, lift_gate=True, reason=f"refused by {holder} (its hold starts before "
+                                                                  "this gang would end, or has no estimated start)")
+    late = waited_s >= answer_wait_s
+    return PassDecision(pass_for=None, lift_gate=late, reason=f"asked {holder}; no answer " +
+                        (f"for {waited_s:.0f} s: scheduled without a pass" if late else "yet"))

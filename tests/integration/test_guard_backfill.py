@@ -19,7 +19,7 @@ import ray
 import raygpu
 from raygpu.adapters.kube import KubeAdapter
 from raygpu.model.guard import GuardPolicy, guard_tag
-from raygpu.model.labels import ANNOTATION_GUARD_START, LABEL_GUARD_PASS, LABEL_RESERVATION
+from raygpu.model.labels import ANNOTATION_GUARD_START, LABEL_GUARD_ASK, LABEL_GUARD_PASS, LABEL_RESERVATION
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import nothing_left
@@ -103,6 +103,8 @@ def test_a_short_hint_backfills_onto_held_gpus_a_long_one_does_not_and_the_hold_
         assert all(LABEL_GUARD_PASS not in p["metadata"].get("labels", {}) for p in lp)
         assert not long.wait(5), "the long job bound while the nodes were held"
         raygpu.remove_placement_group(long)
+        # each released gang deleted its own ask (the holder answers and waits for none of them any more)
+        assert not rk.list("coordination.k8s.io/v1", "Lease", GUARD_NS, f"{LABEL_GUARD_ASK}={lease_name}")
         assert held.wait(MAX_HOLD_S + 30), f"not ready: {held.state} {held.error}"
         waited_s = time.monotonic() - t0
         assert waited_s <= MAX_HOLD_S, f"ready after {waited_s:.0f} s > max-hold {MAX_HOLD_S} s"

@@ -23,7 +23,7 @@ import uuid
 
 import pytest
 
-from raygpu.gang.guard import GUARD_EVERY_S
+from raygpu.guard.holder import GUARD_EVERY_S
 from raygpu.model.guard import LEASE_DURATION_S, GuardPolicy, guard_tag
 from raygpu.model.labels import LABEL_BLOCKER
 from raygpu.testing import manifests as m

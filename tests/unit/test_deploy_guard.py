@@ -35,3 +35,18 @@ def test_cluster_wide_the_guard_only_reads_and_patches_pods_only_where_bound():
         ("", "nodes"): {"get", "list"}, ("", "pods"): {"list"}, ("scheduling.k8s.io", "priorityclasses"): {"get"}}
     assert _rules(_one("ClusterRole", "raygpu-guard-gang")) == {("", "pods"): {"patch"}}
     assert not [d for d in DOCS if d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "raygpu-guard-gang"]
+
+
+
+def test_the_guard_namespace_role_is_enough_to_backfill_and_each_lease_verb_is_needed():
+    from raygpu.gang.reservation import _may_backfill
+    from raygpu.testing.builders.clusters import cluster
+    from raygpu.testing.fake_kube import FakeKube
+
+    role = {(v, "leases") for v in _rules(_one("Role", "raygpu-guard"))[("coordination.k8s.io", "leases")]}
+    kube = FakeKube(cluster("c").raw())
+    kube.allowed = role | {("patch", "pods")}
+    assert _may_backfill(kube, "default", print)  # the scope's Lease read, its own ask Lease written
+    for verb in ("get", "create", "patch", "delete"):
+        kube.allowed = role - {(verb, "leases")} | {("patch", "pods")}
+        assert not _may_backfill(kube, "default", lambda m: None), verb

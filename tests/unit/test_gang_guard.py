@@ -1,4 +1,4 @@
-"""gang/guard.py on the one fake Kubernetes: a guarded reservation's Lease, blockers, swap, timeout, release."""
+"""guard/holder.py on the one fake Kubernetes: a guarded reservation's Lease, blockers, swap, timeout, release."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import time
 import pytest
 
 from raygpu.errors import ConflictError, PermanentError, RayGpuError
-from raygpu.gang.guard import GUARD_EVERY_S, STEP_DOWN_S, Guard
+from raygpu.guard.holder import GUARD_EVERY_S, Guard
 from raygpu.gang.reservation import reserve
 from raygpu.model.gang import ReservationState
 from raygpu.model.labels import (ANNOTATION_GUARD_TIMEOUTS, GUARD_GATE, KEY_GUARD_SCOPE, LABEL_BLOCKER,
                                  LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER)
-from raygpu.model.guard import LEASE_DURATION_S, guard_tag
+from raygpu.model.guard import LEASE_DURATION_S, STEP_DOWN_S, HoldPhase, guard_tag
 from raygpu.model.views import K8sPodView
 from raygpu.testing.builders.clusters import cluster, gang, gpus
 from raygpu.testing.fake_kube import FakeKube
@@ -418,3 +418,35 @@ def test_a_live_gangs_blockers_are_waited_for_not_deleted():
     del world.kube.objects[("Pod", "raygpu-system", f"{other}-bl-0")]  # its gang removed it
     world.step()
     assert len(world.blockers()) == 2
+
+
+def test_a_hold_walks_its_phases_along_the_table_and_an_edge_outside_it_raises():
+    world = World()
+    seen = [world.guard.phase]
+    real = world.guard._to
+
+    def to(phase):
+        real(phase)
+        seen.append(phase)
+    world.guard._to = to
+    world.step()  # takes the Lease, chooses n2 and n3, blocks them
+    del world.kube.objects[("Pod", "default", "t3")]
+    world.step()  # room on both: swapped in
+    world.bind_gang()
+    world.step()  # bound: blockers deleted
+    world.step(S.ADMITTED)
+    assert [p.value for p in seen] == ["waiting", "choosing", "blocking", "swapping", "swapped", "unblocked", "released"]
+    with pytest.raises(PermanentError, match="illegal hold transition released -> choosing"):
+        real(HoldPhase.CHOOSING)
+
+
+def test_a_lost_hold_stops_deletes_its_blockers_and_is_back_in_line():
+    world = World()
+    world.step()
+    assert world.guard.phase == HoldPhase.BLOCKING and len(world.blockers()) == 2
+    world.kube.objects[("Lease", "raygpu-system", "raygpu-guard-default.older")] = ticket("older", "1960-01-01T00:00:00Z")
+    world.kube.objects[LEASE]["spec"]["holderIdentity"] = "older"  # an older gang in line took it (we lost it)
+    world.kube.objects[LEASE]["metadata"]["resourceVersion"] = "99"
+    world.step()
+    assert world.guard.phase == HoldPhase.WAITING and not world.blockers() and not world.guard.failed
+    assert "GuardLost" in [e.reason for e in world.kube.events]

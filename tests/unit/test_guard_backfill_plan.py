@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from raygpu.model.gang import NodeFree
+from raygpu.model.guard import Ask, format_grants, parse_grants
 from raygpu.model.views import K8sPodView
-from raygpu.plan.backfill import (BACKFILL_MARGIN_S, decide_backfill, estimated_start_s, fit_time_s, hint_s,
+from raygpu.plan.backfill import (BACKFILL_MARGIN_S, decide_backfill, decide_pass, estimated_start_s, fit_time_s, hint_s,
                                   pod_end_s)
 from raygpu.plan.guard import choose_nodes
 
@@ -124,3 +125,31 @@ def test_a_node_taking_two_pods_is_timed_for_both():
     # first pod: both fit now with 4 GPUs free: the name decides (n1)
     got = choose_nodes({GPU: 4.0}, 2, nodes, GPU, pods, NOW)
     assert got == ("n1", "n2")  # the second pod on n1 would wait for a (NOW + 100); on n2 it fits now
+
+
+PASSES = [  # holder, its answers, waited_s -> pass for, gate lifted
+    ("", {}, 0, None, True),  # nobody holds: scheduled as usual
+    ("h", {"me": True}, 0, "h", True),  # granted
+    ("h", {"me": False}, 0, None, True),  # refused (or revoked)
+    ("h", {"other": True}, 0, None, False),  # not answered yet: kept gated, so the first try carries the answer
+    ("h", {}, 10, None, True),  # no answer for 10 s: scheduled without a pass
+]
+
+
+@pytest.mark.parametrize("holder,grants,waited,want,lift", PASSES)
+def test_a_backfilling_gang_only_acts_on_the_holders_answer(holder, grants, waited, want, lift):
+    d = decide_pass("me", holder, grants, waited)
+    assert (d.pass_for, d.lift_gate) == (want, lift)
+
+
+def test_only_a_proven_ask_is_read_and_answers_round_trip():
+    good = {"metadata": {"name": "raygpu-guard-s.ask.t", "labels": {"raygpu.io/guard-ask": "raygpu-guard-s"},
+                         "annotations": {"raygpu.io/expected-runtime-s": "20", "raygpu.io/guard-ask": "3;2"}},
+            "spec": {"holderIdentity": "t"}}
+    a = Ask.from_k8s(good, "raygpu-guard-s")
+    assert a is not None and (a.tag, a.hint_s, a.seen_rev, a.passes) == ("t", 20.0, 3, 2)
+    renamed = {**good, "metadata": {**good["metadata"], "name": "raygpu-guard-s.ask.other"}}
+    unlabelled = {**good, "metadata": {**good["metadata"], "labels": {}}}
+    assert Ask.from_k8s(renamed, "raygpu-guard-s") is None and Ask.from_k8s(unlabelled, "raygpu-guard-s") is None
+    assert parse_grants(format_grants(7, {"a": True, "b": False})) == (7, {"a": True, "b": False})
+    assert parse_grants("x;a=yes") == (0, {}) and parse_grants("2;a=maybe,b=yes") == (2, {"b": True})

@@ -194,7 +194,7 @@ def _worker_group(snap: ReserveSnapshot, gang: GangPlan, guard: GuardPolicy | No
         md["annotations"] = {**(md.get("annotations") or {}),
                              ANNOTATION_EXPECTED_RUNTIME: f"{request.expected_runtime_s:g}"}
         if backfill:
-            # the gate makes the pods' first scheduling attempt already carry the right pass (gang/backfill.py
+            # the gate makes the pods' first scheduling attempt already carry the right pass (guard/backfill.py
             # lifts it on its first step): kube-scheduler does not retry a pending pod for its own labels
             _add_gate(spec, BACKFILL_GATE)
     if guard is not None:

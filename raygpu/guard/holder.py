@@ -4,23 +4,18 @@ Every object of a scope lives in the *guard namespace* (raygpu-system, or ``$RAY
 one gang holds a scope across every namespace: the scope's Lease ``raygpu-guard-<scope>``, one *ticket*
 Lease per waiting guarded gang (``<scope lease>.<tag>``, renewed by its driver: the line), and the blockers.
 
-Each ``step`` (at most every ``GUARD_EVERY_S``): (0) holding for longer than max-hold in all: time out; no
-Lease renewal landed for ``STEP_DOWN_S``: stop blocking (delete our blockers) before anyone may take the
-Lease; (1) read the scope's proven tickets (ours created or renewed) and its Lease; a ticket unchanged for
-its duration on our clock is gone; (2) decide (``plan.guard.decide_lease``) and write the Lease, every
-update guarded by its resourceVersion (a conflict: re-read next step, never overwrite); (3) while
-holding: delete the blockers and tickets proven to belong to gangs that are gone (``blockers_to_clear``),
-wait for a live gang's blockers to go, then choose the nodes once (``plan.guard.choose_nodes``) and create
-one *blocker* pod per chosen node: ``spec.nodeName`` set (the API server binds it; no scheduler queue, no
-race), requests 1m CPU and 1Mi memory, and a required pod anti-affinity (topologyKey
-kubernetes.io/hostname, every namespace) against every pod not labelled ``raygpu.io/guard-for=<tag>``.
-Once every chosen node has room for the gang's pods, the gang's gated pods are labelled, pinned to those
-nodes and ungated; once all are bound the blockers are deleted. Runtime hints (plan/backfill.py): the
-nodes are chosen by when the gang fits soonest, and the hold's estimated start is published on the Lease
-(``raygpu.io/guard-estimated-start``) for gangs that may backfill (gang/backfill.py) with the pass
-``raygpu.io/guard-pass=<tag>`` that the blockers let in. (4) max-hold spent: delete the blockers, free the
-Lease, leave the line, fail the gang (rolled back). Once the reservation is admitted: delete leftover
-blockers, free the Lease, delete the ticket, Event GuardReleased.
+Each ``step`` (at most every ``GUARD_EVERY_S``) reads as the sidecar's cycle: **observe** (``observe``: by
+the hold's phase, the scope's proven tickets and Lease; while holding, the scope's blockers and ours;
+choosing, the nodes the gang may use and every pod; after, only the held nodes, the pods bound there, the
+gang's pods and our pending passes), **one pure plan** (``raygpu.plan.guard.plan_guard_step``: time out,
+stop, the ticket and Lease writes, take the scope, gone gangs' blockers and tickets, the nodes, blockers to
+create, the estimated start, revoke passes, swap, unblock, the next phase, the Events), **act** (``act``: in
+the plan's order, each phase edge taken as its write lands: model.guard.ALLOWED_HOLD_TRANSITIONS). When the
+plan moves to a phase that reads more (joined the line, took the Lease) it looks again in the same step.
+A blocker pod: ``spec.nodeName`` set (the API server binds it; no scheduler queue, no race), requests 1m
+CPU and 1Mi memory, and a required pod anti-affinity (topologyKey kubernetes.io/hostname, every namespace)
+against every pod labelled neither ``raygpu.io/guard-for=<tag>`` nor ``raygpu.io/guard-pass=<tag>``
+(a backfill, guard/backfill.py).
 
 Touches only: the scope's Lease, tickets (ours; a gone gang's, under its uid), blocker pods of the scope
 in the guard namespace (ours: label ``raygpu.io/guard-blocker=<tag>`` *and* owned by our ticket; a gone
@@ -34,37 +29,50 @@ import datetime as dt
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from raygpu.adapters.kube import KubeAdapter, node_view, parse_each, pod_view
 from raygpu.errors import ConflictError, NotFoundError, RayGpuError
-from raygpu.model.gang import GangPlan, ReservationState
-from raygpu.model.guard import (LEASE_DURATION_S, Blocker, GuardPolicy, HoldUnit, LeaseView, Ticket, guard_namespace,
-                                guard_tag,
-                                parse_timeouts, ticket_name)
-from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_START, ANNOTATION_GUARD_TIMEOUTS,
+from raygpu.model.gang import GangPlan, GangRequest, NodeFree, ReservationState
+from raygpu.model.guard import (HELD, LEASE_DURATION_S, Ask, Blocker, GuardPolicy, GuardWiring, HoldPhase, HoldUnit, LeaseView,
+                                Ticket, check_hold_transition, format_grants, guard_namespace, guard_tag, parse_timeouts,
+                                ticket_name)
+from raygpu.model.labels import (ANNOTATION_GUARD_GANG, ANNOTATION_GUARD_GRANTS, ANNOTATION_GUARD_START,
+                                 ANNOTATION_GUARD_TIMEOUTS, LABEL_GUARD_ASK,
                                  KEY_GUARD_SCOPE, LABEL_BLOCKER,
                                  LABEL_CLUSTER, LABEL_GUARD_FOR, LABEL_GUARD_PASS, LABEL_GUARD_TICKET,
                                  LABEL_RESERVATION, PRIORITY_CLASS_BLOCKER, dns_label)
 from raygpu.model.views import K8sPodView
-from raygpu.plan.backfill import estimated_start_s
 from raygpu.plan.gang.shapes import free_nodes
-from raygpu.plan.guard import (LeaseAction, blocker_units, blockers_to_clear, choose_nodes, decide_lease,
-                               live_tickets, need_by_node, plan_hold)
-
-if TYPE_CHECKING:
-    from raygpu.gang.reservation import Reservation
+from raygpu.plan.guard import (GuardEvent, GuardObservation, GuardStep, HoldView, LeaseAction, TicketAction,
+                               plan_guard_step)
 
 GUARD_EVERY_S = 2.0  # the guard's step (the watchdog's is 0.5 s): a few reads per step
 LEASE = ("coordination.k8s.io/v1", "Lease")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 BLOCKER_REQUESTS = {"cpu": "1m", "memory": "1Mi"}  # no GPU: a blocker holds a node by its anti-affinity
 HOSTNAME = "kubernetes.io/hostname"
-STEP_DOWN_S = 2 * LEASE_DURATION_S / 3  # a holder whose last renewal landed this long ago stops blocking: before
-#   anyone can take its Lease (LEASE_DURATION_S after they last saw it change, on their clocks)
+MAX_LOOKS = 4  # observe-plan-act rounds in one step: join the line, take the Lease, choose and block (and one spare)
 
 
-def _micro_time() -> str:  # a Lease's MicroTime; informational (nobody compares it with a clock)
+class Wired(Protocol):
+    """What ``Guard.of`` and ``Backfill.of`` read of a reservation (``raygpu.gang.reservation.Reservation``,
+    which this package does not import: the gang capability runs the guard, not the other way round)."""
+
+    kube: KubeAdapter
+    plan: GangPlan
+    request: GangRequest
+    wiring: GuardWiring
+    state_uid: str
+
+
+def _no_answers(lease: LeaseView) -> str | None:
+    """``raygpu.io/guard-grants`` when the Lease is taken or freed: no answers, the revision one more (it only
+    grows while the Lease exists: model.guard.format_grants); None (absent) when no answer was ever written."""
+    return format_grants(lease.grant_rev + 1, {}) if lease.grant_rev or lease.grants else None
+
+
+def micro_time() -> str:  # a Lease's MicroTime; informational (nobody compares it with a clock)
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -105,22 +113,19 @@ class Guard:
         self.ticket = ticket_name(self.lease_name, self.tag)
         self.ticket_uid = ""  # our ticket Lease's uid once read back: our blockers' owner
         self.nodes: tuple[str, ...] | None = None  # chosen once per hold
-        self.held_since: float | None = None  # our clock, when we took the Lease
+        self.phase = HoldPhase.WAITING  # changed only by _to, along model.guard.ALLOWED_HOLD_TRANSITIONS
+        self.held_since: float | None = None  # our clock, when we took the Lease (set while the phase is HELD)
         self.held_before_s = 0.0  # our clock: how long earlier holds of this gang blocked nodes (max-hold bounds the sum)
-        self.swapped = False
-        self.swapping = False  # the swap's patches began: finish them even if the room is now (rightly) taken
-        self.unblocked = False  # the gang's pods are bound and its blockers deleted
-        self.failed: str | None = None  # max-hold spent (or the hold lost after the swap): the gang is rolled back
-        self.done = False
-        self._dirty = False  # a hold ended whose blockers may still stand: delete them before anything else
+        self.failure: str | None = None  # why the gang is rolled back (max-hold spent, or the hold lost after the swap)
         self._seen: tuple[tuple[str, str, str], float] | None = None
         self._tickets_seen: dict[str, tuple[tuple[str, str], float]] = {}  # ticket -> (record, first seen unchanged)
+        self._asks_seen: dict[str, tuple[tuple[str, str], float]] = {}  # backfill ask -> (record, first seen unchanged)
         self._last_step = float("-inf")
         self._last_renew = float("-inf")  # our clock: the last scope-Lease write that landed
         self._last_ticket = float("-inf")  # our clock: the last ticket renewal that landed
 
     @classmethod
-    def of(cls, rsv: Reservation, clock: Callable[[], float], progress: Callable[[str], None],
+    def of(cls, rsv: Wired, clock: Callable[[], float], progress: Callable[[str], None],
            wall: Callable[[], float] = time.time) -> "Guard | None":
         """The guard of reservation ``rsv`` (by its wiring, fixed when it was planned), None when it is not
         guarded."""
@@ -130,163 +135,205 @@ class Guard:
         return cls(rsv.kube, rsv.plan, wiring.guard, state_uid=rsv.state_uid, cluster_uid=wiring.cluster_uid,
                    template_spec=wiring.template_spec, clock=clock, progress=progress, wall=wall)
 
+    # ----------------------------------------------------------------- phase
+    def _to(self, phase: HoldPhase) -> None:
+        """The one way the hold's phase changes: an edge not in ALLOWED_HOLD_TRANSITIONS raises PermanentError."""
+        self.phase = check_hold_transition(self.phase, phase)
+
+    @property
+    def done(self) -> bool:
+        """The guard has ended (released): the watchdog stops stepping it."""
+        return self.phase == HoldPhase.RELEASED
+
+    @property
+    def swapped(self) -> bool:
+        """The gang's pods are ungated onto the held nodes (this hold)."""
+        return self.phase in (HoldPhase.SWAPPED, HoldPhase.UNBLOCKED)
+
+    @property
+    def failed(self) -> str | None:
+        """Why the gang must be rolled back (max-hold spent, or its hold lost after the swap), else None."""
+        return self.failure
+
     # ------------------------------------------------------------------ step
     def step(self, state: ReservationState) -> None:
-        """One guard step (a no-op sooner than ``GUARD_EVERY_S`` after the last). Raises RayGpuError when a
-        read or write failed: the watchdog retries next step; nothing is believed that did not land."""
+        """One guard step (a no-op sooner than ``GUARD_EVERY_S`` after the last): observe, one pure plan
+        (``plan.guard.plan_guard_step``), act; again, at most ``MAX_LOOKS`` times, while the plan's phase moves
+        to one that reads more (joined the line, took the Lease). Raises RayGpuError when a read or write
+        failed: the watchdog retries next step; nothing is believed that did not land."""
         now = self.clock()
         if self.done or now - self._last_step < GUARD_EVERY_S:
             return
         self._last_step = now
-        if state != ReservationState.RESERVED:
-            self.release(f"reservation {state.value}")
-            return
-        if self.held_since is not None and self._held_for(now) > self.policy.max_hold_s:
-            self._time_out(f"nodes blocked for {self._held_for(now):.0f} s in all > max-hold "
-                           f"{self.policy.max_hold_s:g} s")
-            return
-        if self.held_since is not None and now - self._last_renew > STEP_DOWN_S:
-            self._stop_blocking(now, f"the scope's Lease was not renewed for {now - self._last_renew:.0f} s")
-        if self._dirty:
-            self.delete_blockers()
-            self._dirty = False
-        if self.failed:
-            return  # max-hold spent: it never holds again; the watchdog rolls the gang back
-        tickets = self._tickets(now)
+        for _ in range(MAX_LOOKS):
+            seen = self.observe(state, now)
+            if not self.act(plan_guard_step(seen), seen, now):
+                return
+
+    def observe(self, state: ReservationState, now: float) -> GuardObservation:
+        """What this step sees, read by phase: past ``reserved`` or failed, nothing; else the line (the scope's
+        proven tickets, its Lease) and, while holding, the hold: every blocker of the scope and ours; choosing,
+        the nodes the gang's pods may use and every pod; after, only the held nodes and the pods bound there
+        (a step costs the same on any cluster size), the gang's pods and our passes still pending."""
+        P = HoldPhase
+        need = self.plan.need
+        o: dict[str, Any] = dict(
+            gang=self.me, tag=self.tag, scope=self.scope, state=state.value, phase=self.phase, failure=self.failure,
+            max_hold_s=self.policy.max_hold_s, held_for_s=self._held_for(now), since_renew_s=now - self._last_renew,
+            since_ticket_s=now - self._last_ticket, nodes=self.nodes, pod_requests=dict(need.k8s_requests),
+            pod_count=self.plan.pod_count, gpu_resource=need.gpu_shape.resource if need.gpu_shape else None,
+            published=self.published)
+        if state != ReservationState.RESERVED or self.phase in (P.FAILED, P.RELEASED):
+            return GuardObservation(**o)
+        raw = self.kube.list(*LEASE, self.ns, f"{LABEL_GUARD_TICKET}={self.scope}")
+        tickets = [t for r in raw if (t := Ticket.from_k8s(r, self.scope, self.lease_name)) is not None]
         for t in tickets:
             if t.name not in self._tickets_seen or self._tickets_seen[t.name][0] != t.record:
                 self._tickets_seen[t.name] = (t.record, now)
-        live, gone = live_tickets(tickets, {n: now - at for n, (_, at) in self._tickets_seen.items()}, self.tag)
+        mine = next((t for t in tickets if t.tag == self.tag), None)
+        if mine is not None:
+            self.ticket_uid = mine.uid
         lease = self._read_lease()
         if lease is None or self._seen is None or self._seen[0] != lease.record:
             self._seen = (lease.record if lease else ("", "", ""), now)
-        decision = decide_lease(self.tag, lease, [t.waiting() for t in live], now - self._seen[1])
-        if self.held_since is not None and decision.action != LeaseAction.RENEW:
-            self._stop_blocking(now, f"{lease.holder if lease else 'nobody'} holds scope {self.scope} now")
+        o.update(ticket=mine, tickets=tuple(tickets), lease=lease, lease_unchanged_for_s=now - self._seen[1],
+                 tickets_unchanged_for_s={n: now - at for n, (_, at) in self._tickets_seen.items()},
+                 wall_s=self.wall())
+        if self.phase in HELD and mine is not None:
+            o["hold"] = self._observe_hold()
+            asks = [a for r in self.kube.list(*LEASE, self.ns, f"{LABEL_GUARD_ASK}={self.lease_name}")
+                    if (a := Ask.from_k8s(r, self.lease_name)) is not None]
+            seen = self._asks_seen  # timed on our clock from when we first saw each record (an ask gone: forgotten)
+            self._asks_seen = {a.name: seen[a.name] if a.name in seen and seen[a.name][0] == a.record else (a.record, now)
+                               for a in asks}
+            o.update(asks=tuple(asks), asks_unchanged_for_s={a.name: now - self._asks_seen[a.name][1] for a in asks})
+        return GuardObservation(**o)
+
+    def _observe_hold(self) -> HoldView:
+        h: dict[str, Any] = dict(scope_blockers=tuple(self._scope_blockers()), blockers=tuple(self._blockers()))
+        if self.phase == HoldPhase.CHOOSING:
+            candidates, pods = self._candidates()
+            h.update(candidates=candidates, free={n.name: n.free for n in candidates},
+                     allocatable={n.name: n.allocatable for n in candidates}, pods_by_node=_by_node(pods))
+        elif self.nodes is not None and self.phase in (HoldPhase.BLOCKING, HoldPhase.SWAPPING):
+            alloc, pods = self._held(sorted(set(self.nodes)))
+            h.update(free={n.name: n.free for n in free_nodes(alloc, pods)},
+                     allocatable={n.name: n.allocatable for n in alloc}, pods_by_node=_by_node(pods))
+        if self.phase in (HoldPhase.BLOCKING, HoldPhase.SWAPPING, HoldPhase.SWAPPED):
+            gang = self._gang_pods()
+            h.update(gang_pods=tuple(p.name for p in gang), gang_bound=all(p.node_name for p in gang))
+        return HoldView(**h)
+
+    def act(self, plan: GuardStep, seen: GuardObservation, now: float) -> bool:
+        """Do what ``plan`` says, in its order (GuardStep), moving the phase along each edge as its action lands
+        (a failed write raises before the phase moves: the next step plans it again). ``seen``: the look it
+        was planned from (the Lease's resourceVersion to write under). Returns True when the plan asks to
+        observe again this step."""
+        P = HoldPhase
+        events = {e.reason: e for e in plan.events}
+        if plan.release:
+            self.release(plan.reason)
+            return False
+        if plan.time_out:
+            self._time_out(plan, events["GuardTimedOut"])
+            return False
+        if plan.stop:
+            self.held_before_s += now - (self.held_since or now)
+            self._emit(events["GuardLost"])
+            self.failure = plan.failure
+            self._to(P.STOPPED)
+            self.nodes, self.held_since, self.published = None, None, None
+        if plan.delete_mine:
             self.delete_blockers()
-            self._dirty = False
-        if decision.action == LeaseAction.WAIT:
-            return
-        if decision.action == LeaseAction.CREATE:
+            self._to(P.FAILED if self.failure else P.WAITING)
+        if self.phase == P.FAILED:
+            return False  # max-hold spent (or lost after the swap): it never holds again; the watchdog rolls it back
+        if plan.ticket == TicketAction.CREATE:
+            return self._create_ticket(now)  # then look again (a create whose answer was lost: next step)
+        if plan.ticket == TicketAction.RENEW and seen.ticket is not None:
+            self._renew_ticket(seen.ticket, now)
+        if plan.lease == LeaseAction.CREATE:
             self._create_lease()
             self._last_renew = now
-        elif decision.action == LeaseAction.ACQUIRE or now - self._last_renew > LEASE_DURATION_S / 3:
-            assert lease is not None  # decide_lease says CREATE when there is none
-            self._write_lease(lease, acquire=decision.action == LeaseAction.ACQUIRE)
+        elif plan.lease is not None and seen.lease is not None:
+            self._write_lease(seen.lease, acquire=plan.lease == LeaseAction.ACQUIRE)
             self._last_renew = now
-        if self.held_since is None:
+        if plan.take:
+            self._to(P.CHOOSING)
             self.held_since = now
-            self.progress(f"guard: {self.me} holds scope {self.scope} ({decision.reason})")
-        if not self._clear_gone(live, gone):
-            return  # a live gang's blockers still stand (it is removing them): block nothing until they are gone
-        self._hold(now)
+        if plan.again:
+            self._say(plan)
+            return True
+        self._clear_gone(plan, events.get("GuardTookOver"))
+        if plan.nodes is not None:
+            self.nodes = plan.nodes
+            self._to(P.BLOCKING)
+            self._emit(events["GuardHeld"])
+        if plan.unblock:
+            self.delete_blockers()
+            self._to(P.UNBLOCKED)
+        for u in plan.to_create:
+            self._create_blocker(u)
+        if plan.publish is not None or plan.grants is not None:
+            self._annotate_lease(plan.publish, plan.grants)
+        if plan.swap:
+            if self.phase == P.BLOCKING:
+                self._to(P.SWAPPING)
+            self._swap(seen.hold.gang_pods if seen.hold else ())
+            self._to(P.SWAPPED)
+        self._say(plan)
+        return False
 
-    def _tickets(self, now: float) -> list[Ticket]:
-        """The scope's proven tickets (model.guard.Ticket.from_k8s: a lookalike never queues), ours created if
-        missing and renewed every LEASE_DURATION_S / 3."""
-        raw = self.kube.list(*LEASE, self.ns, f"{LABEL_GUARD_TICKET}={self.scope}")
-        tickets = [t for r in raw if (t := Ticket.from_k8s(r, self.scope, self.lease_name)) is not None]
-        mine = next((t for t in tickets if t.tag == self.tag), None)
-        if mine is None:
-            t0 = _micro_time()
-            try:
-                made = self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
-                    "name": self.ticket, "namespace": self.ns,
-                    "labels": {LABEL_GUARD_TICKET: self.scope, KEY_GUARD_SCOPE: self.scope,
-                               LABEL_CLUSTER: dns_label(self.plan.cluster)},
-                    "annotations": {ANNOTATION_GUARD_GANG: f"{self.plan.namespace}/{self.me}"}},
-                    "spec": {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t0,
-                             "renewTime": t0}})
-            except ConflictError:
-                return tickets  # exists: a create whose answer was lost (read back next step)
-            self._last_ticket = now
-            mine = Ticket.from_k8s(made, self.scope, self.lease_name)
-            tickets = [*tickets, *([mine] if mine else [])]
-        elif now - self._last_ticket > LEASE_DURATION_S / 3:
-            self.kube.merge_patch(*LEASE, self.ticket, self.ns, {"metadata": {"resourceVersion": mine.resource_version},
-                                                                 "spec": {"renewTime": _micro_time()}})
-            self._last_ticket = now
-        if mine is not None:
-            self.ticket_uid = mine.uid
-        return tickets
+    def _say(self, plan: GuardStep) -> None:
+        for m in plan.progress:
+            self.progress(m)
 
-    def _clear_gone(self, live: list[Ticket], gone: list[Ticket]) -> bool:
+    def _create_ticket(self, now: float) -> bool:
+        """Join the line: our ticket Lease, labelled as a proven ticket. False when it exists already (a create
+        whose answer was lost: read back next step)."""
+        t0 = micro_time()
+        try:
+            made = self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
+                "name": self.ticket, "namespace": self.ns,
+                "labels": {LABEL_GUARD_TICKET: self.scope, KEY_GUARD_SCOPE: self.scope,
+                           LABEL_CLUSTER: dns_label(self.plan.cluster)},
+                "annotations": {ANNOTATION_GUARD_GANG: f"{self.plan.namespace}/{self.me}"}},
+                "spec": {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t0,
+                         "renewTime": t0}})
+        except ConflictError:
+            return False
+        self._last_ticket = now
+        self.ticket_uid = (made.get("metadata") or {}).get("uid") or self.ticket_uid
+        return True
+
+    def _renew_ticket(self, mine: Ticket, now: float) -> None:
+        self.kube.merge_patch(*LEASE, self.ticket, self.ns, {"metadata": {"resourceVersion": mine.resource_version},
+                                                             "spec": {"renewTime": micro_time()}})
+        self._last_ticket = now
+
+    def _clear_gone(self, plan: GuardStep, event: GuardEvent | None) -> None:
         """As the holder: delete the blockers (uid precondition) proven to belong to a gang that is gone (their
-        owner ticket is not live) and the gone tickets. Returns False while another, live gang's blockers
-        still stand in the scope (it removes them itself once it sees it no longer holds)."""
-        delete, wait = blockers_to_clear(self._scope_blockers(), {t.uid for t in live}, self.ticket_uid)
-        for b in delete:
+        owner ticket is not live), the gone tickets (plan.guard.blockers_to_clear) and the gone backfill asks
+        (plan.guard.live_asks)."""
+        for b in plan.to_delete:
             try:
                 self.kube.delete("v1", "Pod", b.name, self.ns, uid=b.uid)
             except ConflictError:
                 pass  # another object of that name now: not the one proven gone
-        for t in gone:
+        for t in plan.tickets_to_delete:
             try:
                 self.kube.delete(*LEASE, t.name, self.ns, uid=t.uid)
             except (ConflictError, NotFoundError):
                 pass
             self._tickets_seen.pop(t.name, None)
-        if delete or gone:
-            self._event("GuardTookOver", f"{self.me}: removed {len(delete)} blocker(s) and {len(gone)} ticket(s) of "
-                        f"gangs gone from scope {self.scope} ({', '.join(t.gang or t.tag for t in gone) or '-'})")
-        return not wait
-
-    def _stop_blocking(self, now: float, why: str) -> None:
-        """End this hold early (our Lease went, or could not be renewed in time): its blockers go (now, or
-        at the next step that reaches the API server), the time held counts against max-hold. Swapped in
-        already: the gang is rolled back."""
-        self.held_before_s += now - (self.held_since or now)
-        self._event("GuardLost", f"{self.me}: {why}; its blockers are deleted" +
-                    ("; its pods were already swapped in: rolled back" if self.swapped else ""), "Warning")
-        if self.swapped:
-            self.failed = f"guard: {why} after the swap"
-        self.nodes, self.held_since, self.unblocked, self.swapping, self.swapped = None, None, False, False, False
-        self.published = None
-        self._dirty = True
-
-    def _hold(self, now: float) -> None:
-        need = self.plan.need
-        gpu = need.gpu_shape.resource if need.gpu_shape else None
-        if self.nodes is None:
-            self.nodes = self._choose(gpu)
-            if self.nodes is None:
-                return
-            self._event("GuardHeld", f"{self.me} is first in line in scope {self.scope}: blocking "
-                        f"{', '.join(sorted(set(self.nodes)))} for up to {self.policy.max_hold_s:g} s")
-        if self.swapped:
-            self._unblock_when_bound(now)
-            return
-        if not self.ticket_uid:
-            return  # our ticket not read back yet: a blocker must name its owner
-        units = blocker_units(f"{self.tag}-bl", self.nodes)
-        alloc, pods = self._held(sorted(set(self.nodes)))
-        free = {n.name: n.free for n in free_nodes(alloc, pods)}
-        need_at = need_by_node(need.k8s_requests, self.nodes)
-        step = plan_hold(units, self._blockers(), free, need_at, self._held_for(now), self.policy.max_hold_s)
-        if step.timed_out:
-            self._time_out(step.reason)
-            return
-        for u in step.to_create:
-            self._create_blocker(u)
-        wall = self.wall()
-        self._publish(estimated_start_s(need_at, {n.name: n.allocatable for n in alloc}, _by_node(pods), wall), wall)
-        if step.swap and not self.swapping and self._revoke_passes():
-            return  # backfill pods still pending with our pass: without it they cannot race the gang; swap next step
-        if step.swap or self.swapping:  # a swap cut short by a failed patch: the pods it let in now use the room
-            self._swap()
-
-    def _unblock_when_bound(self, now: float) -> None:
-        """After the swap: once every gang pod is bound, delete the blockers; past max-hold, time out."""
-        if self.unblocked:
-            return
-        if self._held_for(now) > self.policy.max_hold_s:
-            self._time_out("the gang's pods were not all bound within max-hold")
-            return
-        pods = self._gang_pods()
-        if len(pods) == self.plan.pod_count and all(p.node_name for p in pods):
-            self.delete_blockers()
-            self.unblocked = True
-            self.progress(f"guard: every pod of {self.me} is bound; blockers deleted")
+        for a in plan.asks_to_delete:  # a backfilling gang gone: its ask is answered and waited for no more
+            try:
+                self.kube.delete(*LEASE, a.name, self.ns, uid=a.uid or None)
+            except (ConflictError, NotFoundError):
+                pass
+            self._asks_seen.pop(a.name, None)
+        if event is not None:
+            self._emit(event)
 
     def _held_for(self, now: float) -> float:
         """How long this gang's holds have blocked nodes, all of them together (our clock)."""
@@ -300,9 +347,9 @@ class Guard:
         pods = [p for name in names for p in self.kube.list("v1", "Pod", field_selector=f"spec.nodeName={name}")]
         return parse_each(raw, node_view, "Node"), parse_each(pods, pod_view, "Pod")
 
-    def _choose(self, gpu: str | None) -> tuple[str, ...] | None:
-        """Nodes the gang's pods may use (nodeSelector, taints): where they fit soonest by the pods' known
-        ends, then by most free GPUs now (plan.guard.choose_nodes)."""
+    def _candidates(self) -> tuple[tuple[NodeFree, ...], list[K8sPodView]]:
+        """Nodes the gang's pods may use (nodeSelector, taints) with what is free on each, and every pod (their
+        known ends rank the nodes: plan.guard.choose_nodes). Read once per hold, while choosing."""
         sel = self.template_spec.get("nodeSelector") or {}
         tols = parse_each([{"metadata": {"name": "t", "namespace": "t"}, "spec": {
             "tolerations": self.template_spec.get("tolerations") or []}}], pod_view, "Pod")[0].tolerations
@@ -310,8 +357,7 @@ class Guard:
                  if all(n.labels.get(k) == v for k, v in sel.items())
                  and all(any(t.tolerates(x) for t in tols) for x in n.taints if x.effect in ("NoSchedule", "NoExecute"))]
         pods = parse_each(self.kube.list("v1", "Pod"), pod_view, "Pod")
-        return choose_nodes(self.plan.need.k8s_requests, self.plan.pod_count, free_nodes(nodes, pods), gpu,
-                            _by_node(pods), self.wall())
+        return free_nodes(nodes, pods), pods
 
     # ---------------------------------------------------------------- blockers
     def _blocker_pods(self) -> list[dict[str, Any]]:
@@ -386,86 +432,66 @@ class Guard:
                        if p.labels.get(LABEL_RESERVATION) == self.plan.reservation_group and not p.deleting),
                       key=lambda p: p.name)
 
-    def _swap(self) -> None:
-        """Label each gated gang pod ``raygpu.io/guard-for=<gang>`` (the blockers' anti-affinity spares it), pin
-        it to its node, then ungate it. Idempotent: a pod already ungated is patched to the same values."""
-        pods = self._gang_pods()
-        if len(pods) != self.plan.pod_count or self.nodes is None:
-            return  # KubeRay has not created them all yet
-        self.swapping = True
-        for p, node in zip(pods, self.nodes):
-            self.kube.merge_patch("v1", "Pod", p.name, self.plan.namespace,
+    def _swap(self, names: tuple[str, ...]) -> None:
+        """Label each gated gang pod (``names``, in name order) ``raygpu.io/guard-for=<gang>`` (the blockers'
+        anti-affinity spares it), pin it to its node, then ungate it. Idempotent: a pod already ungated is
+        patched to the same values."""
+        assert self.nodes is not None and len(names) == len(self.nodes)  # (plan_guard_step swaps only then)
+        for name, node in zip(names, self.nodes):
+            self.kube.merge_patch("v1", "Pod", name, self.plan.namespace,
                                   {"metadata": {"labels": {LABEL_GUARD_FOR: self.tag}},
                                    "spec": {"affinity": pin(self.template_spec.get("affinity"), node)}})
-        for p in pods:
-            self.kube.merge_patch("v1", "Pod", p.name, self.plan.namespace, {"spec": {"schedulingGates": None}})
-        self.swapped = True
-        self.progress(f"guard: every chosen node blocked and with room; {len(pods)} pods of {self.me} ungated")
+        for name in names:
+            self.kube.merge_patch("v1", "Pod", name, self.plan.namespace, {"spec": {"schedulingGates": None}})
 
     # ----------------------------------------------------------------- Lease
     def _read_lease(self) -> LeaseView | None:
         return read_lease(self.kube, self.lease_name, self.ns)
 
     def _create_lease(self) -> None:
-        t = _micro_time()
+        t = micro_time()
         self.kube.create({"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {
             "name": self.lease_name, "namespace": self.ns, "labels": {KEY_GUARD_SCOPE: self.scope}},
             "spec": {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "acquireTime": t,
                      "renewTime": t, "leaseTransitions": 0}})
 
     def _write_lease(self, lease: LeaseView, acquire: bool) -> None:
-        t = _micro_time()
+        t = micro_time()
         spec: dict[str, Any] = {"holderIdentity": self.tag, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": t}
-        if acquire:
+        md: dict[str, Any] = {"resourceVersion": lease.resource_version}
+        if acquire:  # the last holder's estimate and answers are not ours; the answers' revision counts on
             spec.update(acquireTime=t, leaseTransitions=lease.transitions + 1)
-        self.kube.merge_patch(*LEASE, self.lease_name, self.ns,
-                              {"metadata": {"resourceVersion": lease.resource_version}, "spec": spec})
+            md["annotations"] = {ANNOTATION_GUARD_START: None, ANNOTATION_GUARD_GRANTS: _no_answers(lease)}
+        self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {"metadata": md, "spec": spec})
 
     def _free_lease(self) -> None:
         lease = self._read_lease()
         if lease is not None and lease.holder == self.tag:
             self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {
-                "metadata": {"resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: None}},
+                "metadata": {"resourceVersion": lease.resource_version,
+                             "annotations": {ANNOTATION_GUARD_START: None, ANNOTATION_GUARD_GRANTS: _no_answers(lease)}},
                 "spec": {"holderIdentity": None}})
         self.published = None
 
-    def _publish(self, start_s: float | None, now_s: float) -> None:
-        """Write the hold's estimated start (whole unix seconds; "" when unknown) on the Lease when it changed,
-        by a merge patch carrying the resourceVersion just read: a 409 is left for the next step to re-read,
-        never overwritten. Only while we hold the Lease. A start already due that stays due (it is "now"
-        while an overrun lasts) is not rewritten every step."""
-        value = "" if start_s is None else f"{start_s:.0f}"
-        if value == self.published or (value and self.published and max(float(value), float(self.published)) <= now_s):
-            return
+    def _annotate_lease(self, start: str | None, grants: str | None) -> None:
+        """Write the hold's estimated start (whole unix seconds; "" when unknown) and the answers to backfill
+        asks (``raygpu.io/guard-grants``), whichever is not None, on the Lease in one merge patch carrying the
+        resourceVersion just read: a 409 is left for the next step to re-read, never overwritten. Only while
+        we hold the Lease: the holder is the only writer of both."""
         lease = self._read_lease()
         if lease is None or lease.holder != self.tag:
             return
+        ann = {k: v or None for k, v in ((ANNOTATION_GUARD_START, start), (ANNOTATION_GUARD_GRANTS, grants)) if v is not None}
         try:
             self.kube.merge_patch(*LEASE, self.lease_name, self.ns, {"metadata": {
-                "resourceVersion": lease.resource_version, "annotations": {ANNOTATION_GUARD_START: value or None}}})
+                "resourceVersion": lease.resource_version, "annotations": ann}})
         except ConflictError:
             return  # changed since read: re-read next step
-        self.published = value
-
-    def _revoke_passes(self) -> int:
-        """Before the swap: take our pass off raygpu's backfill pods still pending (unbound) in the
-        namespace, so none races the gang for the room it waited for. Only pods raygpu made (label
-        raygpu.io/reservation) are touched, each under its resourceVersion. Returns how many it revoked."""
-        n = 0
-        for p in self.kube.list("v1", "Pod", self.plan.namespace, f"{LABEL_GUARD_PASS}={self.tag},{LABEL_RESERVATION}"):
-            md = p["metadata"]
-            if (p.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
-                continue
-            try:
-                self.kube.merge_patch("v1", "Pod", md["name"], self.plan.namespace, {"metadata": {
-                    "resourceVersion": md.get("resourceVersion"), "labels": {LABEL_GUARD_PASS: None}}})
-            except ConflictError:
-                pass  # changed since read: looked at again next step (the swap waits for it)
-            n += 1
-        return n
+        if start is not None:
+            self.published = start
 
     # ------------------------------------------------------------- endings
-    def _time_out(self, why: str) -> None:
+    def _time_out(self, plan: GuardStep, event: GuardEvent) -> None:
         """max-hold spent (all this gang's holds together): delete the blockers, free the Lease, count the
         time-out, and fail the gang (the watchdog rolls it back, as when its timeout_s runs out): it never
         holds again, so no gang blocks nodes for longer than its max-hold."""
@@ -476,23 +502,21 @@ class Guard:
                               {"metadata": {"annotations": {ANNOTATION_GUARD_TIMEOUTS: str(done + 1)}}})
         self._free_lease()
         self._delete_ticket()
-        self._event("GuardTimedOut", f"{self.me}: {why}; blockers deleted, scope {self.scope} freed; max-hold "
-                    f"{self.policy.max_hold_s:g} s is spent, so the gang is rolled back" +
-                    ("; its pods were already swapped in" if self.swapped else ""), "Warning")
-        self.failed = f"guard: {why} (max-hold {self.policy.max_hold_s:g} s spent)" + (
-            " after the swap" if self.swapped else "")
-        self.nodes, self.held_since, self.unblocked, self.swapping = None, None, False, False
+        self._emit(event)
+        self.failure = plan.failure
+        self._to(HoldPhase.FAILED)
+        self.nodes, self.held_since = None, None
 
     def release(self, why: str) -> None:
         """End the guard: delete leftover blockers, free the Lease if we hold it, Event GuardReleased once.
         Idempotent; raises RayGpuError when a write failed (called again, it finishes)."""
         if self.done:
             return
-        held = self.held_since is not None
+        held = self.phase in HELD
         self.delete_blockers()
         self._free_lease()
         self._delete_ticket()
-        self.done = True
+        self._to(HoldPhase.RELEASED)
         if held:
             self._event("GuardReleased", f"{self.me}: {why}; scope {self.scope} freed")
 
@@ -505,6 +529,9 @@ class Guard:
                 self.kube.delete(*LEASE, self.ticket, self.ns, uid=self.ticket_uid)
             except (ConflictError, NotFoundError):
                 pass
+
+    def _emit(self, e: GuardEvent) -> None:
+        self._event(e.reason, e.message, e.type)
 
     def _event(self, reason: str, message: str, type_: str = "Normal") -> None:
         self.progress(f"guard: {reason}: {message}")
@@ -528,15 +555,15 @@ def _blocker(p: dict[str, Any]) -> Blocker:
                    deleting=bool(md.get("deletionTimestamp")), owner_uid=_owner_uid(p))
 
 
-def _by_node(pods: list[K8sPodView]) -> dict[str, list[K8sPodView]]:
+def _by_node(pods: list[K8sPodView]) -> dict[str, tuple[K8sPodView, ...]]:
     out: dict[str, list[K8sPodView]] = {}
     for p in pods:
         if p.node_name:
             out.setdefault(p.node_name, []).append(p)
-    return out
+    return {n: tuple(ps) for n, ps in out.items()}
 
 
 def read_lease(kube: KubeAdapter, name: str, namespace: str) -> LeaseView | None:
-    """The scope's Lease (None: there is none), as the holder and the backfill (``gang.backfill``) read it."""
+    """The scope's Lease (None: there is none), as the holder and the backfill (``guard.backfill``) read it."""
     raw = kube.get(*LEASE, name, namespace)
     return LeaseView.from_k8s(raw) if raw else None
