@@ -20,6 +20,7 @@ Tests in ``tests/integration`` get the ``testbed`` marker automatically.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -100,16 +101,24 @@ def core(testbed):
     c.close()
 
 
-@pytest.fixture
-def ns(testbed, core, request):
-    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+@contextlib.contextmanager
+def made_namespace(core, base: str):
+    """A new namespace ``<base>-<5 hex>``, deleted afterwards (best effort)."""
     name = f"{base}-{uuid.uuid4().hex[:5]}"
     core.create_namespace({"metadata": {"name": name}})
-    yield name
     try:
-        core.delete_namespace(name)
-    except Exception:  # noqa: BLE001 - best effort cleanup
-        pass
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except Exception:  # noqa: BLE001 - best effort cleanup
+            pass
+
+
+@pytest.fixture
+def ns(testbed, core, request):
+    with made_namespace(core, re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")) as name:
+        yield name
 
 
 class Pool:

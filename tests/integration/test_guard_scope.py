@@ -19,7 +19,6 @@ import signal
 import textwrap
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -28,6 +27,7 @@ from raygpu.model.guard import LEASE_DURATION_S, GuardPolicy, guard_tag
 from raygpu.model.labels import LABEL_BLOCKER
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
+from raygpu.testing.pytest_plugin import made_namespace
 from tests.integration.guard_helpers import GUARD_NS, Deletions, Tenant, blockers, guard_setup
 from tests.integration.sidecar_helpers import Driver
 from tests.integration.util import pods, ray_address, wait_for
@@ -50,13 +50,8 @@ GANG = textwrap.dedent("""
 
 @pytest.fixture
 def ns_b(testbed, core):
-    name = f"guard-scope-b-{uuid.uuid4().hex[:5]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    try:
-        core.delete_namespace(name)
-    except Exception:  # noqa: BLE001 - best effort cleanup
-        pass
+    with made_namespace(core, "guard-scope-b") as name:
+        yield name
 
 
 def _cluster(kube, ns: str, pool: str, max_hold_s: int) -> None:
