@@ -60,6 +60,7 @@ class Params:
     oracle: list[int] | None = None  # oracle: per step, the workers demand will need (perfect foresight)
     warm_step_s: float | None = None  # auto: the learner's sample step (default step_s)
     hold_startups: float = 0.0  # auto: WarmSettings.hold_startups
+    warm_history: WarmHistory | None = None  # auto: the history it starts with (None: cold, no history)
 
 
 class Sim:
@@ -86,11 +87,12 @@ class Sim:
         # auto: the sidecar's keep-warm learner, fed what the sidecar would see (plan.warm)
         self.warm = WarmSettings(quantile=p.quantile, step_s=p.warm_step_s or p.step_s, hold_startups=p.hold_startups,
                                  fallback_timeout_s=p.idle_timeout_s)
-        self.warm_history = WarmHistory()
+        self.warm_history = p.warm_history or WarmHistory()
         self._last_sig: tuple | None = None  # the state of the last schedule call whose reply was empty
         self._call_sig: tuple | None = None
         self.startups: list[float] = []  # pod start-ups seen this step (creation -> Ray node up)
         self.warm_targets: list[int] = []
+        self.first_warm_s: float | None = None  # auto: when it first had a learned target (the fallback before)
         # Warm start: one live pod per stream busy at step 0 (t = 0), identical for both policies.
         for sid, s in enumerate(self.streams):
             if s.busy[0] == 1:
@@ -348,7 +350,9 @@ class Sim:
         self.m["waiting_gpu_s"] += waiting * dt
         self.m["max_pods"] = max(self.m["max_pods"], len(pods))
         self.m["at_cap_steps"] += len(pods) >= self.p.max_replicas
-        self.series.append((now, len(pods) * g, len(live) * g, len(idle) * g, task + bundle, demand))
+        # (t, provisioned, alive, idle, used, demand GPUs; cumulative launches and idle GPU-s: the cold-start match)
+        self.series.append((now, len(pods) * g, len(live) * g, len(idle) * g, task + bundle, demand,
+                            self.m["launches"], self.m["idle_gpu_s"]))
 
     # ---- the two views of the same state
     def ray_request(self, now: float, idle_timeout_s: float | None):

@@ -1,6 +1,13 @@
-"""The idle-reclaim benchmark's inputs: the GPU duty-cycle trace (real) and the placement-group arrivals (synthesized).
+"""The idle-reclaim benchmark's inputs: the real traces it replays and the placement-group arrivals (synthesized).
 
-See ``bench_idle_reclaim.py`` for what each means in the simulation.
+Two traces carry what the simulation needs (per stream, when it needs a worker and when it does not):
+
+* ``genai``: the per-pod GPU duty cycles of ``alibaba-genai-v2026`` (busy while utilisation > the threshold).
+* ``openb``: the GPU tasks of ``alibaba-gpu-v2023/openb_pod_list_default.csv``, one 24 h window: each task is
+  a stream that exists from its ``creation_time`` to its ``deletion_time`` and is busy all that time.
+
+``alibaba-spot-v2026`` holds only a node table (no job or usage table): nothing in it says when a worker is
+needed, so it cannot be replayed. See ``bench_idle_reclaim.py`` for what each means in the simulation.
 """
 
 from __future__ import annotations
@@ -12,12 +19,15 @@ import tarfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from benchmarks._common import TRACES
+from benchmarks._common import OPENB, TRACES
 
 GENAI = TRACES / "alibaba-genai-v2026"
 TRACE = GENAI / "pod_gpu_duty_cycle_anon.tar.gz"
 MEMBER = "pod_gpu_duty_cycle_anon.csv"
 MAX_GAP_SAMPLES = 5  # a missing stretch up to this long holds the last value
+OPENB_TASKS = OPENB / "openb_pod_list_default.csv"
+OPENB_DAY = 138  # the window's first day: 201 GPU tasks arrive in it, near the median day (days 116-147: ~196)
+OPENB_STEP_S = 60.0  # the openb window is sampled once a minute (its times are whole seconds)
 
 
 # ------------------------------------------------------------------ trace
@@ -46,6 +56,28 @@ def load_trace(path=TRACE) -> Trace:
         samples[pod][int(round((ts - t0) / step_s))] = v
     n = max(max(s) for s in samples.values()) + 1
     return Trace(step_s=step_s, n_steps=n, pods=tuple(sorted(samples)), samples=dict(samples))
+
+
+def load_openb(day: float = OPENB_DAY, hours: float = 24.0, path=OPENB_TASKS, step_s: float = OPENB_STEP_S) -> Trace:
+    """The GPU tasks (``num_gpu`` >= 1) of the openb list that overlap the window [day, day + hours), as a Trace:
+    one stream per task, sampled busy (100%) every ``step_s`` from its creation to its deletion (clipped to the
+    window), absent before and after. Tasks never scheduled (no ``scheduled_time``: they never ran in the
+    source cluster) are left out. Each task takes one whole worker, whatever its GPUs (the trace has no gangs
+    and few multi-GPU tasks: 75 of 7,064)."""
+    lo, hi = day * 86400.0, day * 86400.0 + hours * 3600.0
+    n = int(round((hi - lo) / step_s))
+    samples: dict[str, dict[int, float]] = {}
+    with open(path, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if float(r["num_gpu"] or 0) < 1 or not r["scheduled_time"]:
+                continue
+            start, end = float(r["creation_time"]), float(r["deletion_time"] or hi)
+            if end <= lo or start >= hi:
+                continue
+            first = max(0, int((start - lo) // step_s))
+            last = min(n - 1, int((end - lo) // step_s))
+            samples[r["name"]] = {i: 100.0 for i in range(first, last + 1)}
+    return Trace(step_s=step_s, n_steps=n, pods=tuple(sorted(samples)), samples=samples)
 
 
 def busy_series(samples: dict[int, float], n_steps: int, threshold: float) -> list[int]:

@@ -34,6 +34,8 @@ def keep_warm_policy(sim: "Sim", now: float, base: ReclaimPolicy) -> ReclaimPoli
         t = plan_warm(sim.warm_history, [GROUP], now, sim.warm)[GROUP]
         if t.warm is None:
             return base.model_copy(update={"group_idle_timeout_s": {GROUP: t.fallback_timeout_s}})
+        if sim.first_warm_s is None:
+            sim.first_warm_s = now  # the first step with a learned target: the end of the fallback
         sim.warm_targets.append(t.warm)
         return base.model_copy(update={"warm_targets": {GROUP: t.warm}, "warm_reasons": {GROUP: t.reason},
                                        "warm_hold_s": {GROUP: t.hold_s} if t.hold_s > 0 else {}})

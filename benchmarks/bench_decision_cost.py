@@ -57,6 +57,12 @@ before each run; collections during a run are timed.
    ``CycleState`` of the same pods, Ray view and RayCluster (no reservations).
 4. **``plan_gc``** at ``--gc-sizes`` reservations (1,000 to 16,000), each with its own worker
    group and state object, in turn live (its PG created), released, and its PG gone.
+5. **Worst beside worst** (issue 27), at each size parts 2 and 3 ran: Ray's ``schedule`` in its three
+   states beside raygpu's worst at the same size: ``plan_reclaim``'s worst over part 2's states and part
+   3's shapes, the sidecar's ``plan_cycle`` at its worst shape, ``plan_gc`` with as many reservations as
+   nodes (timed here), and their sum. Not like for like: Ray's ``schedule`` also plans the launches
+   (scale-up), ``plan_reclaim`` only decides scale-down. With KubeRay's in-tree autoscaler on (raygpu
+   scaling down beside it), both run every cycle, so the last column adds Ray's worst and raygpu's.
 
     python -m benchmarks.bench_decision_cost                      # 500 .. 10,000 nodes
     python -m benchmarks.bench_decision_cost --sizes 500,1000,2000,5000,10000,20000 --runs 3
@@ -367,6 +373,38 @@ def backlog_rows(n: int, base: Snapshot, rc: RayClusterView, policy: ReclaimPoli
     return out
 
 
+WORST_COLUMNS = [("nodes", "nodes", "d"), ("ray_none_ms", "Ray none", ".1f"), ("ray_scale_up_ms", "Ray scale-up", ".1f"),
+                 ("ray_worst_ms", "Ray worst", ".1f"), ("reclaim_worst_ms", "plan_reclaim worst", ".1f"),
+                 ("reclaim_worst_case", "its case", "s"), ("sidecar_worst_ms", "plan_cycle worst", ".1f"),
+                 ("gc_ms", "plan_gc @N res.", ".1f"), ("raygpu_worst_ms", "raygpu worst", ".1f"),
+                 ("both_worst_ms", "both, worst", ".1f")]
+
+
+def worst_rows(sizes: tuple[int, ...], comparison: list[dict], backlog: list[dict], gc_at: dict[int, dict]) -> list[dict]:
+    """Part 5: per size, Ray's schedule in each state beside raygpu's worst (plan_reclaim over part 2's states
+    and part 3's shapes; the sidecar's plan_cycle at its worst shape plus plan_gc at N reservations), and the
+    sum of both worsts (both run when the in-tree autoscaler is on). Sizes without part 2 are left out."""
+    out = []
+    for n in sizes:
+        states = {c["state"]: c for c in comparison if c["nodes"] == n}
+        shapes = [b for b in backlog if b["nodes"] == n]
+        if not states or not shapes or n not in gc_at:
+            continue
+        cases = [(c["raygpu_ms"], c["state"]) for c in states.values()] + [(b["reclaim_ms"], b["shape"]) for b in shapes]
+        reclaim_ms, case = max(cases)
+        sidecar_ms = max(b["sidecar_ms"] for b in shapes)
+        raygpu_ms = round(sidecar_ms + gc_at[n]["gc_ms"], 2)
+        ray = {k: states[k]["ray_ms"] if k in states else None for k in ("none", "scale-up", "worst")}
+        known = [v for v in ray.values() if v is not None]
+        out.append({"nodes": n, "ray_none_ms": ray["none"], "ray_scale_up_ms": ray["scale-up"],
+                    "ray_worst_ms": ray["worst"], "ray_worst_note": states.get("worst", {}).get("ray_note"),
+                    "reclaim_worst_ms": reclaim_ms, "reclaim_worst_case": case, "sidecar_worst_ms": sidecar_ms,
+                    "gc_ms": gc_at[n]["gc_ms"], "gc_reservations": gc_at[n]["reservations"],
+                    "raygpu_worst_ms": raygpu_ms,
+                    "both_worst_ms": round(max(known) + raygpu_ms, 2) if ray["worst"] is not None else None})
+    return out
+
+
 def gc_rows(sizes: tuple[int, ...], runs: int) -> list[dict]:
     """Part 4: plan_gc at each number of reservations."""
     out = []
@@ -401,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = ReclaimPolicy(idle_timeout_s=600.0, startup_grace_s=0.0)
     gcl = gang_cluster()
     rows, comparison, backlog = [], [], []
+    gc_at: dict[int, dict] = {}
     ray_done: dict[str, list[tuple[int, float]]] = {s: [] for s in STATES}
     ray_note: dict[str, str] = {}
     for n in sizes:
@@ -412,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         backlog += backlog_rows(n, base, rc, policy, gcl, reqs, args.runs)
         if args.only_backlog:
             continue
+        gc_at[n] = gc_rows((n,), args.runs)[0]  # part 5: plan_gc with as many reservations as nodes
         ix = index_snapshot(snap)
         parts = {"index": lambda: index_snapshot(snap), "reconcile": lambda: reconcile(snap, NOW_S, index=ix),
                  "reclaim": lambda: plan_reclaim(snap, rc, policy, NOW_S, index=ix),
@@ -479,13 +519,14 @@ def main(argv: list[str] | None = None) -> int:
         fits[f"{shape}_lines"] = fit([(b["nodes"], b["lines"] / 1e3) for b in mine], per="thousand_lines_per_1000_nodes")
     fits["plan_gc"] = fit([(g["reservations"], g["gc_ms"]) for g in gc_plans], per="ms_per_1000_reservations")
     lines_fit = fit([(r["nodes"], r["lines"] / 1e3) for r in rows], per="thousand_lines_per_1000_nodes")
+    worst = worst_rows(sizes, comparison, backlog, gc_at)
     plots = []
     if not args.no_plot and rows:
         plots.append(plot(rows, comparison, "decision_cost_quick.png" if args.quick else "decision_cost.png",
                           f"decision cost per cycle, CPU ms, min of {args.runs} runs (synthetic states)"))
     result = {"benchmark": "decision_cost", "runs": args.runs, "machine": machine(), "data": "synthetic",
               "ray_budget_s": args.ray_budget_s, "plots": plots, "rows": rows, "comparison": comparison,
-              "backlog": backlog, "gc": gc_plans, "fits": fits, "lines_fit": lines_fit}
+              "backlog": backlog, "gc": gc_plans, "worst": worst, "fits": fits, "lines_fit": lines_fit}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -540,6 +581,14 @@ def main(argv: list[str] | None = None) -> int:
                            ("load_avg_1m", "load", ".2f"), ("load_avg_1m_after", "load after", ".2f")])
     if fits["plan_gc"]:
         print(f"  plan_gc: log-log exponent {fits['plan_gc']['loglog_exponent']:.2f} (1.0 = linear)")
+    if worst:
+        print("\n5. Worst beside worst (CPU ms). Not like for like: Ray's schedule() also plans the launches, "
+              "plan_reclaim only decides scale-down.\n   With KubeRay's in-tree autoscaler on, both run every cycle: "
+              "their costs add (last column: Ray's worst + raygpu's worst)")
+        print_table(worst, WORST_COLUMNS)
+        for w in worst:
+            if w["ray_worst_note"]:
+                print(f"  {w['nodes']:,} nodes: Ray worst {w['ray_worst_note']}")
     for p in plots:
         print(f"plot: {p}")
     return 0

@@ -1,4 +1,14 @@
-"""Idle reclaim on real GPU duty cycles: Ray autoscaler v2's idle termination vs raygpu's reclaimer.
+"""Idle reclaim on real GPU traces: Ray autoscaler v2's idle termination vs raygpu's reclaimer.
+
+Every trace it can replay, each in turn (``--trace``, default all): ``genai`` (below) and ``openb``: the GPU
+tasks of ``alibaba-gpu-v2023/openb_pod_list_default.csv`` in one 24 h window (``--openb-day``, default day
+138, a median day): each task (never-scheduled ones left out) is a stream busy from its creation to its
+deletion, one whole worker, sampled once a minute (10 s steps). ``alibaba-spot-v2026`` is not replayed: it
+is a node table only, nothing in it says when a worker is needed. ``auto`` starts cold (no history: its
+fallback until it has learned); on ``openb`` an ``auto-warm`` row also starts with the history ``auto``
+learned over the ``--warm-prior-h`` (6) hours before the window. The cold-start table says when ``auto``
+first had a target and from when on its cumulative launches and idle GPU-h stay at or below its reference
+fixed row's (``_idle_reclaim_pareto.cold_match``).
 
 A discrete-time simulation, ``--substeps`` (6) steps per trace sample (9.5 s steps), of ``--clusters``
 RayClusters with one worker group ``gpu`` of ``--gpus-per-pod`` GPUs per pod.
@@ -82,8 +92,9 @@ Ray's ``SchedulingRequest`` is built in ``_idle_reclaim_sim.py``, not imported f
 same classes and conventions (``AutoscalerInstance`` = IM ``Instance`` + GCS
 ``NodeState``, instance id = pod name).
 
-    python -m benchmarks.bench_idle_reclaim            # 143 streams, 22.8 h, 2 clusters, 6 timeouts + auto + oracle
-    python -m benchmarks.bench_idle_reclaim --quick    # 24 streams, 3 h, 1 cluster
+    python -m benchmarks.bench_idle_reclaim            # genai (143 streams, 22.8 h) and openb (24 h), 2 clusters
+    python -m benchmarks.bench_idle_reclaim --quick    # genai 24 streams, openb its window's; 3 h, 1 cluster
+    python -m benchmarks.bench_idle_reclaim --trace openb --openb-day 140
     python -m benchmarks.bench_idle_reclaim --idle-timeout 300 --max-replicas 24   # quota-capped clusters
     python -m benchmarks.bench_idle_reclaim --json --no-plot
 """
@@ -99,18 +110,22 @@ from typing import Any
 
 from benchmarks._common import machine, machine_line, need_traces, percentile, print_table, save_plot
 from benchmarks._idle_reclaim_sim import Params, Sim
-from benchmarks._idle_reclaim_trace import MEMBER, PG, TRACE, Trace, busy_series, load_trace, make_pgs
+from benchmarks._idle_reclaim_trace import (MEMBER, OPENB_DAY, OPENB_TASKS, PG, TRACE, Trace, busy_series, load_openb,
+                                            load_trace, make_pgs)
 from benchmarks._idle_reclaim_bound import bound, demand_floor, place
-from benchmarks._idle_reclaim_pareto import goal_check, pareto_plot
+from benchmarks._idle_reclaim_pareto import cold_match, goal_check, pareto_plot
 from benchmarks._idle_reclaim_warm import oracle_demand
 from raygpu.model.reclaim import ReclaimReason
+from raygpu.model.warm import DEFAULT_HOLD_STARTUPS, DEFAULT_QUANTILE, GroupHistory, WarmHistory
 
 FIXED_TIMEOUTS_S = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0)
 
 
-def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, steps: int) -> dict[str, Any]:
+def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, steps: int,
+               histories: list[WarmHistory] | None = None, keep_sims: bool = False) -> dict[str, Any]:
     """Simulate every cluster under one policy; cap 0 = each cluster's streams + 8 (never binding in practice).
-    ``auto`` uses ``timeout_s`` as its fallback; ``oracle`` is told the future demand."""
+    ``auto`` uses ``timeout_s`` as its fallback and starts from ``histories`` (one per cluster; None: cold);
+    ``oracle`` is told the future demand."""
     step_s = trace.step_s / args.substeps
     per_cluster, all_pgs = cluster_inputs(trace, args, steps)
     sims: list[Sim] = []
@@ -121,7 +136,7 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
         p = Params(gpus_per_pod=args.gpus_per_pod, idle_timeout_s=timeout_s, startup_s=args.startup_s,
                    min_replicas=args.min_replicas, max_replicas=cap or (len(streams) + 8), step_s=step_s,
                    quantile=args.quantile, oracle=oracle, warm_step_s=trace.step_s,
-                   hold_startups=args.auto_hold)
+                   hold_startups=args.auto_hold, warm_history=histories[c] if histories else None)
         sims.append(Sim(c, policy, streams, pgs, p, shadow=not args.no_shadow))
     for i in range(steps):
         for sim in sims:
@@ -185,10 +200,12 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
     if policy in ("auto", "oracle"):
         row["warm_target_mean"] = round(sum(targets) / len(targets), 2) if targets else None
         row["warm_steps"] = len(targets)  # cluster-steps past the fallback
+        firsts = [sim.first_warm_s for sim in sims]
+        row["first_warm_s"] = None if None in firsts else max(firsts)  # every cluster past its fallback
     if policy != "ray-v2":  # every policy that runs plan_reclaim
         row["raygpu_needed_by_pending_pg"] = reasons.get(ReclaimReason.NEEDED_BY_PENDING_PG.value, 0)
         row["raygpu_holds_bundle"] = reasons.get(ReclaimReason.HOLDS_BUNDLE.value, 0)
-    return {"row": row, "series": series}
+    return {"row": row, "series": series, **({"sims": sims} if keep_sims else {})}
 
 
 def cluster_inputs(trace: Trace, args, steps: int) -> tuple[list[list[list[int]]], list[list[PG]]]:
@@ -265,16 +282,145 @@ BOUND_COLUMNS = [("policy", "policy", ""), ("idle_timeout_s", "timeout s", ".1f"
                  ("bound_idle_gpu_h_at_launches", "bound idle GPU-h @launches", ".2f")]
 
 
+TRACE_KEYS = ("genai", "openb")
+TRACE_TITLES = {"genai": "alibaba-genai-v2026 duty cycles", "openb": "alibaba-gpu-v2023 openb tasks"}
+# alibaba-spot-v2026 is not replayed: it holds a node table only (gpu_model, gpu_capacity_num, cpu_num,
+# node_name), no job or usage table, so nothing in it says when a worker is needed.
+NOT_REPLAYED = {"alibaba-spot-v2026": "node_info_df.csv only (a node table): no job or usage table, so nothing "
+                                      "says when a worker is needed"}
+
+
+def load(key: str, args) -> tuple[Trace, str, float | None]:
+    """The trace ``key`` as the benchmark replays it, its source, and the prior window's start (openb)."""
+    if key == "genai":
+        return load_trace(), f"alibaba-genai-v2026/{TRACE.name}:{MEMBER}", None
+    hours = args.hours or (3.0 if args.quick else 24.0)
+    return (load_openb(args.openb_day, hours), f"alibaba-gpu-v2023/{OPENB_TASKS.name}, day {args.openb_day:g}, "
+            f"{hours:g} h", args.openb_day - args.warm_prior_h / 24.0)
+
+
+def prior_histories(args, prior_day: float, cap: int) -> list[WarmHistory]:
+    """``auto``'s history at the window's start when it ran through the ``--warm-prior-h`` before it (cold
+    there): one ``auto`` run per cluster over the prior window, its history moved back by that window."""
+    prior = load_openb(prior_day, args.warm_prior_h)
+    steps = prior.n_steps * args.substeps
+    out = run_policy("auto", prior, args, args.auto_fallback, cap, steps, keep_sims=True)["sims"]
+    shift = steps * prior.step_s / args.substeps
+    return [WarmHistory(groups={g: GroupHistory(demand=tuple((t - shift, n) for t, n in h.demand),
+                                                startup_s=h.startup_s)
+                                for g, h in sim.warm_history.groups.items()}) for sim in out]
+
+
+def run_trace(key: str, args, timeouts: list[float], caps: list[int]) -> dict[str, Any]:
+    """Every policy on one trace, each cap: the sweep, auto (cold; warm where the trace has a prior window),
+    the oracle, the bisection probes (real runs), the bound, the goal check and the cold-start match."""
+    t_start = time.perf_counter()
+    targs = argparse.Namespace(**vars(args))
+    if key == "openb":
+        targs.streams = None  # the window's tasks, all of them
+    trace, source, prior_day = load(key, targs)
+    load_s = time.perf_counter() - t_start
+    hours = targs.hours or (3.0 if targs.quick else None) if key == "genai" else None
+    steps = (min(trace.n_steps, int(round(hours * 3600 / trace.step_s))) if hours else trace.n_steps) * targs.substeps
+    step_s = trace.step_s / targs.substeps
+    rows, plots, goals, bounds, colds = [], [], [], [], []
+    suffix = ("" if key == "genai" else f"_{key}") + ("_quick" if targs.quick else "")
+    for cap in caps:
+        series: dict[str, Any] = {}
+        runs = [("ray-v2", float(t)) for t in timeouts]
+        runs += [("raygpu", float(t)) for t in timeouts if targs.with_raygpu]
+        runs += [("auto", targs.auto_fallback), ("oracle", targs.auto_fallback)]
+        group = []
+        for pol, timeout in runs:
+            out = run_policy(pol, trace, targs, timeout, cap, steps)
+            group.append(out["row"])
+            series[f"{pol} {timeout:.0f}s" if pol in ("ray-v2", "raygpu") else pol] = out["series"]
+        if prior_day is not None and targs.warm_prior_h > 0:
+            out = run_policy("auto", trace, targs, targs.auto_fallback, cap, steps,
+                             histories=prior_histories(targs, prior_day, cap))
+            out["row"]["policy"] = "auto-warm"
+            group.append(out["row"])
+            series["auto-warm"] = out["series"]
+        run_fixed = lambda t: run_policy("ray-v2", trace, targs, t, cap, steps)  # noqa: E731
+        for pol in ("auto", "auto-warm"):
+            row = next((r for r in group if r["policy"] == pol), None)
+            if row is not None:  # real runs, into group (and their series, for the cold-start match)
+                probe_timeouts(group, row["idle_gpu_h"], targs.match_tolerance, targs.max_probes,
+                               lambda t: _keep(series, f"ray-v2 {t:.1f}s", run_fixed(t)))
+        group.sort(key=lambda r: (r["policy"] != "ray-v2", POLICY_ORDER.get(r["policy"], 9), r["idle_timeout_s"]))
+        rows.extend(group)
+        per_cluster, all_pgs = cluster_inputs(trace, targs, steps)
+        b = bound([demand_floor(st, pg, steps, step_s, targs.gpus_per_pod) for st, pg in zip(per_cluster, all_pgs)],
+                  step_s, targs.gpus_per_pod)
+        top = max(r["idle_gpu_h"] for r in group)
+        bounds.append({"max_replicas": cap or None, "launches_at_zero_idle": b.launches0, "gaps": len(b.gap_gpu_h),
+                       "frontier": [(round(x, 3), n) for x, n in b.curve(top, points=60)],
+                       "rows": place(b, group)})
+        goal = goal_check(group, targs.match_tolerance)
+        goal["max_replicas"] = cap or None
+        goals.append(goal)
+        for pol in ("auto", "auto-warm"):
+            g = goal.get(pol)
+            if g and g.get("in_range"):
+                ref = series.get(f"ray-v2 {g['fixed_timeout_s']:.0f}s") or series.get(f"ray-v2 {g['fixed_timeout_s']:.1f}s")
+                cold = cold_match(series[pol], ref, targs.match_tolerance)
+                first = next(r for r in group if r["policy"] == pol)["first_warm_s"]
+                cold.update({"first_warm_h": None if first is None else round(first / 3600.0, 2), "policy": pol, "max_replicas": cap or None, "fixed_timeout_s": g["fixed_timeout_s"],
+                             "ratios": g["ratios"], "met": g["met"]})
+                colds.append(cold)
+        if not targs.no_plot:
+            cap_s = f"max {cap} pods/cluster" if cap else "no cap"
+            title = (f"{TRACE_TITLES[key]}, {group[0]['streams']} streams in {targs.clusters} RayCluster(s), "
+                     f"{cap_s}, start-up {targs.startup_s:.0f}s, {targs.pg_rate:g} PGs/h/cluster, "
+                     f"auto q={targs.quantile:g}, step {step_s:.1f}s")
+            tag = f"{f'_cap{cap}' if cap else ''}{suffix}"
+            plots.append(pareto_plot(group, f"idle_reclaim_pareto{tag}.png", title, b.curve(top * 1.05)))
+            shown = {k: v for k, v in series.items() if k in ("ray-v2 300s", "auto", "auto-warm", "oracle")}
+            plots.append(plot(shown, f"idle_reclaim_timeline{tag}.png", title))
+    params = {"streams": rows[0]["streams"], "steps": steps, "step_s": round(step_s, 3),
+              "trace_step_s": trace.step_s, "hours": round(steps * step_s / 3600, 2),
+              "probed_timeouts_s": sorted({r["idle_timeout_s"] for r in rows if r["policy"] == "ray-v2"}
+                                          - {float(t) for t in timeouts})}
+    if key == "openb":
+        params.update({"openb_day": targs.openb_day, "warm_prior_h": targs.warm_prior_h})
+    return {"trace": key, "data": {"trace": source, "trace_pods": len(trace.pods), "trace_steps": trace.n_steps},
+            "params": params, "elapsed_s": round(time.perf_counter() - t_start, 2), "trace_load_s": round(load_s, 2),
+            "plots": plots, "rows": rows, "goal": goals, "bound": bounds, "cold": colds}
+
+
+POLICY_ORDER = {"auto": 0, "auto-warm": 1, "oracle": 2}
+
+
+def _keep(series: dict[str, Any], name: str, out: dict[str, Any]) -> dict[str, Any]:
+    series[name] = out["series"]
+    return out["row"]
+
+
+COLD_COLUMNS = [("policy", "policy", ""), ("fixed_timeout_s", "vs fixed s", ".1f"),
+                ("first_warm_h", "learned at h", ".2f"), ("match_h", "matched from h", ".2f"),
+                ("launches_at_1h", "launches ratio @1h", ".2f"), ("idle_at_1h", "idle ratio @1h", ".2f"),
+                ("launches_at_end", "launches ratio @end", ".2f"), ("idle_at_end", "idle ratio @end", ".3f")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="24 streams, 3 h, 1 cluster")
+    ap.add_argument("--quick", action="store_true", help="24 streams (openb: its window's), 3 h, 1 cluster")
+    ap.add_argument("--trace", choices=(*TRACE_KEYS, "all"), default="all",
+                    help="genai (duty cycles), openb (task arrivals, one day) or all (default)")
+    ap.add_argument("--openb-day", type=float, default=OPENB_DAY,
+                    help=f"openb: the window's first day in the trace's time (default {OPENB_DAY})")
+    ap.add_argument("--warm-prior-h", type=float, default=6.0,
+                    help="openb: auto-warm starts with the history auto learned over this many hours before the "
+                         "window (default 6, the history it keeps; 0: no auto-warm row)")
     ap.add_argument("--idle-timeout", type=float, nargs="+", default=None,
                     help="Ray v2's fixed idle timeouts in seconds, one run each (default 30 60 120 180 300 600)")
-    ap.add_argument("--quantile", type=float, default=0.8, help="auto: the keep-warm quantile (default 0.8)")
+    ap.add_argument("--quantile", type=float, default=DEFAULT_QUANTILE,
+                    help=f"auto: the keep-warm quantile (default {DEFAULT_QUANTILE:g}, the product's)")
     ap.add_argument("--auto-fallback", type=float, default=300.0,
                     help="auto: the fixed idle timeout until enough history (default 300 s)")
-    ap.add_argument("--auto-hold", type=float, default=0.0,
-                    help="auto: raygpu.io/warm-hold, idle start-ups before a worker beyond the target goes (default 0)")
+    ap.add_argument("--auto-hold", type=float, default=DEFAULT_HOLD_STARTUPS,
+                    help="auto: raygpu.io/warm-hold, idle start-ups before a worker beyond the target goes "
+                         f"(default {DEFAULT_HOLD_STARTUPS:g}, the product's)")
     ap.add_argument("--with-raygpu", action="store_true",
                     help="also run raygpu's plan_reclaim with each fixed timeout (it matched ray-v2 at every step)")
     ap.add_argument("--no-shadow", action="store_true",
@@ -302,7 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save-json", default=None, metavar="PATH", help="also write the JSON result to PATH")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
-    if not need_traces(TRACE):
+    keys = TRACE_KEYS if args.trace == "all" else (args.trace,)
+    paths = {"genai": TRACE, "openb": OPENB_TASKS}
+    keys = tuple(k for k in keys if need_traces(paths[k]))
+    if not keys:
         return 0
     logging.getLogger("ray").setLevel(logging.ERROR)
     args.clusters = args.clusters or (1 if args.quick else 2)
@@ -311,87 +460,52 @@ def main(argv: list[str] | None = None) -> int:
     timeouts = args.idle_timeout or list(FIXED_TIMEOUTS_S)
     caps = args.max_replicas or [0]
     t_start = time.perf_counter()
-    trace = load_trace()
-    load_s = time.perf_counter() - t_start
-    hours = args.hours or (3.0 if args.quick else None)
-    steps = (min(trace.n_steps, int(round(hours * 3600 / trace.step_s))) if hours else trace.n_steps) * args.substeps
-    step_s = trace.step_s / args.substeps
-    rows, plots, goals, bounds = [], [], [], []
-    suffix = "_quick" if args.quick else ""
-    for cap in caps:
-        series: dict[str, Any] = {}
-        runs = [("ray-v2", float(t)) for t in timeouts]
-        runs += [("raygpu", float(t)) for t in timeouts if args.with_raygpu]
-        runs += [("auto", args.auto_fallback), ("oracle", args.auto_fallback)]
-        group = []
-        for pol, timeout in runs:
-            out = run_policy(pol, trace, args, timeout, cap, steps)
-            group.append(out["row"])
-            series[f"{pol} {timeout:.0f}s" if pol in ("ray-v2", "raygpu") else pol] = out["series"]
-        auto = next(r for r in group if r["policy"] == "auto")
-        probe_timeouts(group, auto["idle_gpu_h"], args.match_tolerance, args.max_probes,  # real runs, into group
-                       lambda t: run_policy("ray-v2", trace, args, t, cap, steps)["row"])
-        group.sort(key=lambda r: (r["policy"] != "ray-v2", r["policy"], r["idle_timeout_s"]))
-        rows.extend(group)
-        per_cluster, all_pgs = cluster_inputs(trace, args, steps)
-        b = bound([demand_floor(st, pg, steps, step_s, args.gpus_per_pod) for st, pg in zip(per_cluster, all_pgs)],
-                  step_s, args.gpus_per_pod)
-        top = max(r["idle_gpu_h"] for r in group)
-        bounds.append({"max_replicas": cap or None, "launches_at_zero_idle": b.launches0, "gaps": len(b.gap_gpu_h),
-                       "frontier": [(round(x, 3), n) for x, n in b.curve(top, points=60)],
-                       "rows": place(b, group)})
-        goal = goal_check(group, args.match_tolerance)
-        goal["max_replicas"] = cap or None
-        goals.append(goal)
-        if not args.no_plot:
-            cap_s = f"max {cap} pods/cluster" if cap else "no cap"
-            title = (f"alibaba-genai-v2026 duty cycles, {group[0]['streams']} streams in {args.clusters} RayCluster(s), "
-                     f"{cap_s}, start-up {args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, auto q={args.quantile:g}, "
-                     f"step {step_s:.1f}s")
-            tag = f"{f'_cap{cap}' if cap else ''}{suffix}"
-            plots.append(pareto_plot(group, f"idle_reclaim_pareto{tag}.png", title, b.curve(top * 1.05)))
-            shown = {k: v for k, v in series.items() if k in ("ray-v2 300s", "auto", "oracle")}
-            plots.append(plot(shown, f"idle_reclaim_timeline{tag}.png", title))
+    traces = [run_trace(k, args, timeouts, caps) for k in keys]
     elapsed = time.perf_counter() - t_start
     params = {"idle_timeouts_s": [float(t) for t in timeouts], "auto_quantile": args.quantile,
               "auto_fallback_s": args.auto_fallback, "auto_hold_startups": args.auto_hold, "clusters": args.clusters,
-              "streams": rows[0]["streams"], "steps": steps, "step_s": round(step_s, 3),
-              "trace_step_s": trace.step_s, "substeps": args.substeps,
-              "match_tolerance": args.match_tolerance,
-              "probed_timeouts_s": sorted({r["idle_timeout_s"] for r in rows if r["policy"] == "ray-v2"}
-                                          - {float(t) for t in timeouts}),
-              "hours": round(steps * step_s / 3600, 2), "busy_threshold_pct": args.busy_threshold,
+              "substeps": args.substeps, "match_tolerance": args.match_tolerance,
+              "busy_threshold_pct": args.busy_threshold,
               "gpus_per_pod": args.gpus_per_pod, "startup_s": args.startup_s, "min_replicas": args.min_replicas,
               "max_replicas": caps, "pg_rate_per_h": args.pg_rate, "spread_share": args.spread_share,
               "pg_life_min": args.pg_life_min, "seed": args.seed, "quick": args.quick}
     result = {"benchmark": "idle_reclaim", "machine": machine(), "params": params,
-              "data": {"trace": f"alibaba-genai-v2026/{TRACE.name}:{MEMBER}", "trace_pods": len(trace.pods),
-                       "trace_steps": trace.n_steps, "synthesized": "placement groups, pods, scale-up timing"},
-              "elapsed_s": round(elapsed, 2), "trace_load_s": round(load_s, 2), "plots": plots, "rows": rows,
-              "goal": goals, "bound": bounds}
+              "synthesized": "placement groups, pods, scale-up timing", "not_replayed": NOT_REPLAYED,
+              "elapsed_s": round(elapsed, 2), "traces": traces}
     if args.save_json:
         with open(args.save_json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"idle reclaim: {params['streams']} duty-cycle streams (alibaba-genai-v2026) in {args.clusters} RayCluster(s), "
-          f"{params['hours']} h in {step_s:.1f}s steps ({args.substeps} per {trace.step_s:.0f}s trace sample), {args.gpus_per_pod:g} GPUs/pod, busy > "
-          f"{args.busy_threshold:g}%, start-up {args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, seed {args.seed}")
     print(machine_line(result["machine"]) + f"; simulated in {elapsed:.1f}s")
-    print_table(rows, COLUMNS)
-    for bd in bounds:
-        print(f"perfect-foresight bound (zero waiting): {bd['launches_at_zero_idle']} launches at 0 idle GPU-h, "
-              f"{bd['gaps']} bridgeable gaps; frontier (idle GPU-h -> fewest launches):")
-        fr = bd["frontier"]
-        picks = [fr[round(j * (len(fr) - 1) / 8)] for j in range(9)] if len(fr) > 9 else fr
-        print("  " + ", ".join(f"{x:.1f} -> {n}" for x, n in picks))
-        print_table(bd["rows"], BOUND_COLUMNS)
-    for g in goals:
-        for line in g["lines"]:
-            print(line)
-    for p in plots:
-        print(f"plot: {p}")
+    for tr in traces:
+        tp = tr["params"]
+        print(f"\n== {tr['trace']}: {tp['streams']} streams ({tr['data']['trace']}) in {args.clusters} RayCluster(s), "
+              f"{tp['hours']} h in {tp['step_s']:.1f}s steps ({args.substeps} per {tp['trace_step_s']:.0f}s trace "
+              f"sample), {args.gpus_per_pod:g} GPUs/pod, busy > {args.busy_threshold:g}%, start-up "
+              f"{args.startup_s:.0f}s, {args.pg_rate:g} PGs/h/cluster, seed {args.seed}; {tr['elapsed_s']:.1f}s")
+        print_table(tr["rows"], COLUMNS)
+        for bd in tr["bound"]:
+            print(f"perfect-foresight bound (zero waiting): {bd['launches_at_zero_idle']} launches at 0 idle GPU-h, "
+                  f"{bd['gaps']} bridgeable gaps; frontier (idle GPU-h -> fewest launches):")
+            fr = bd["frontier"]
+            picks = [fr[round(j * (len(fr) - 1) / 8)] for j in range(9)] if len(fr) > 9 else fr
+            print("  " + ", ".join(f"{x:.1f} -> {n}" for x, n in picks))
+            print_table(bd["rows"], BOUND_COLUMNS)
+        for g in tr["goal"]:
+            for line in g["lines"]:
+                print(line)
+        if tr["cold"]:
+            print("cold start (auto: no history at t=0, the fallback until it learns; auto-warm: the history of the "
+                  "hours before): cumulative launches and idle GPU-h against the fixed row; matched from = the "
+                  f"first time after which auto's launches <= the row's and its idle <= max(1 + {args.match_tolerance:g}"
+                  ", idle ratio @end) x the row's, at every step to the end")
+            print_table(tr["cold"], COLD_COLUMNS)
+        for p in tr["plots"]:
+            print(f"plot: {p}")
+    for name, why in NOT_REPLAYED.items():
+        print(f"not replayed: {name}: {why}")
     return 0
 
 

@@ -29,7 +29,7 @@ GROUP_IDLE_TIMEOUT_PREFIX = KEY_IDLE_TIMEOUT + "."  # raygpu.io/idle-timeout.<wo
 KEY_WARM_QUANTILE = "raygpu.io/warm-quantile"  # 0 < q <= 1 (default 0.8): quantile of the demand rise kept warm
 KEY_WARM_HISTORY = "raygpu.io/warm-history"  # a duration (default 6h): how far back demand samples count
 KEY_WARM_FALLBACK = "raygpu.io/warm-fallback"  # a duration (default 300s): idle timeout until enough samples
-KEY_WARM_HOLD = "raygpu.io/warm-hold"  # 0..100 start-ups (default 0): idle time before a worker beyond the target goes
+KEY_WARM_HOLD = "raygpu.io/warm-hold"  # 0..100 start-ups (default 0.5): idle time before a worker beyond the target goes
 KEY_RECLAIM = "raygpu.io/reclaim"  # off | dry-run | on (default dry-run): what the sidecar may write
 KEY_RECONCILE = "raygpu.io/reconcile"  # report | repair (default report): what the doctor may write
 # gang scale-up (raygpu.reclaim.scale_up, docs/gang-scale-up.md): the sidecar reserves a gang for each pending

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._common import TRACES  # the benchmarks' own trace lookup
+from benchmarks._common import OPENB, TRACES  # the benchmarks' own trace lookup
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = TRACES / "alibaba-genai-v2026" / "pod_gpu_duty_cycle_anon.tar.gz"
@@ -31,12 +31,22 @@ def test_idle_reclaim_quick() -> None:
     result = json.loads(out.stdout)
     assert result["benchmark"] == "idle_reclaim"
     assert result["machine"]["cpu_count"] >= 1 and result["machine"]["python"]
-    params, rows = result["params"], result["rows"]
-    assert params["quick"] is True and params["steps"] > 0 and params["streams"] > 0
+    assert result["params"]["quick"] is True
+    # every trace it can replay, each in the same form; the one it cannot is named with the reason
+    assert [t["trace"] for t in result["traces"]] == (["genai", "openb"] if OPENB.exists() else ["genai"])
+    assert "alibaba-spot-v2026" in result["not_replayed"]
+    for tr in result["traces"]:
+        _check_trace(tr, result["params"])
+
+
+def _check_trace(tr: dict, shared: dict) -> None:
+    params, rows = {**shared, **tr["params"]}, tr["rows"]
+    assert params["steps"] > 0 and params["streams"] > 0
     assert params["step_s"] <= 10.0  # the simulation step is finer than any figure it reports
     n_fixed = sum(1 for r in rows if r["policy"] == "ray-v2")
     assert n_fixed >= len(params["idle_timeouts_s"])
-    assert [r["policy"] for r in rows] == ["ray-v2"] * n_fixed + ["auto", "oracle"]  # one curve, side by side
+    warm = ["auto-warm"] if tr["trace"] == "openb" else []  # openb has hours before its window; genai has none
+    assert [r["policy"] for r in rows] == ["ray-v2"] * n_fixed + ["auto", *warm, "oracle"]  # side by side
     fixed = rows[:n_fixed]
     # every fixed row is a real run (the sweep or a bisection probe), never an interpolation
     assert sorted(r["idle_timeout_s"] for r in fixed) == sorted(params["idle_timeouts_s"] + params["probed_timeouts_s"])
@@ -52,16 +62,31 @@ def test_idle_reclaim_quick() -> None:
     for ray in fixed:  # the shadow comparison ran and is self-consistent
         assert ray["shadow_disagree_steps"] >= 0
         assert (ray["shadow_disagree_steps"] == 0) == (ray["shadow_only_ray"] == ray["shadow_only_raygpu"] == 0)
-    auto, oracle = rows[n_fixed:]
+    auto, oracle = rows[n_fixed], rows[-1]
     assert auto["warm_steps"] > 0 and oracle["warm_steps"] == params["steps"] * params["clusters"]
-    goal = result["goal"][0]
-    assert goal["lines"] and ("auto" in goal) and ("met" in goal["auto"]) == goal["auto"]["in_range"]
-    if goal["auto"]["in_range"]:  # compared with a real row, the nearest one not above auto's idle GPU-h
-        ref = next(r for r in fixed if r["idle_timeout_s"] == goal["auto"]["fixed_timeout_s"])
-        assert ref["idle_gpu_h"] <= auto["idle_gpu_h"]
-        assert not any(ref["idle_gpu_h"] < r["idle_gpu_h"] <= auto["idle_gpu_h"] for r in fixed)
-        assert goal["auto"]["ratios"]["launches"] == round(auto["launches"] / ref["launches"], 3)
-    bound = result["bound"][0]
+    assert auto["first_warm_s"] > 0  # cold: the fallback until it has learned
+    if warm:
+        assert rows[n_fixed + 1]["first_warm_s"] == 0  # warm: a target from the first step
+    goal = tr["goal"][0]
+    assert goal["lines"]
+    for pol in ("auto", *warm):
+        g = goal[pol]
+        assert ("met" in g) == g["in_range"]
+        if not g["in_range"]:
+            continue
+        # compared with a real row, the nearest one not above its idle GPU-h
+        row = next(r for r in rows if r["policy"] == pol)
+        ref = next(r for r in fixed if r["idle_timeout_s"] == g["fixed_timeout_s"])
+        assert ref["idle_gpu_h"] <= row["idle_gpu_h"]
+        assert not any(ref["idle_gpu_h"] < r["idle_gpu_h"] <= row["idle_gpu_h"] for r in fixed)
+        assert g["ratios"]["launches"] == round(row["launches"] / ref["launches"], 3)
+        assert g["ratios"]["pg_wait_p95_s"] == round(row["pg_wait_p95_s"] / ref["pg_wait_p95_s"], 3)
+        # the cold-start match is against the same row, and its end is the whole run's ratio
+        cold = next(c for c in tr["cold"] if c["policy"] == pol)
+        assert cold["fixed_timeout_s"] == ref["idle_timeout_s"] and cold["ratios"] == g["ratios"]
+        assert abs(cold["launches_at_end"] - row["launches"] / ref["launches"]) <= 0.002
+        assert cold["match_h"] is None or 0 <= cold["match_h"] <= params["hours"]
+    bound = tr["bound"][0]
     front = bound["frontier"]
     assert front[0] == [0.0, bound["launches_at_zero_idle"]]
     assert all(a[0] <= b[0] and a[1] > b[1] for a, b in zip(front, front[1:]))  # more idle, fewer launches
@@ -86,6 +111,26 @@ def test_idle_reclaim_quick() -> None:
         assert r["other_terminations"] == 0
         assert 0 <= r["contested_steps"] <= r["pending_pg_steps"]
     assert auto["raygpu_holds_bundle"] > 0  # plan_reclaim saw the bundles
+
+
+def test_cold_match_definition() -> None:
+    """matched from = the first step after which launches stay <= the fixed run's and idle within the slack."""
+    from benchmarks._idle_reclaim_pareto import cold_match
+
+    def series(launches: list[int], idle_s: list[float]) -> list[tuple[float, ...]]:
+        return [(i * 1800.0, 0, 0, 0, 0, 0, n, x) for i, (n, x) in enumerate(zip(launches, idle_s))]
+
+    fixed = series([2, 4, 6, 8, 10], [100, 200, 300, 400, 500])
+    # launches above the fixed run's at first, then at or below it from the third step (1 h) on
+    auto = series([3, 5, 6, 7, 8], [150, 210, 300, 400, 505])
+    c = cold_match(auto, fixed, 0.02)
+    assert c["match_h"] == 1.0 and c["launches_at_end"] == 0.8 and c["idle_at_end"] == 1.01
+    assert c["launches_at_1h"] == 1.0
+    # idle over the slack at the second step: launches alone do not match
+    auto = series([1, 2, 3, 4, 5], [100, 300, 300, 400, 500])
+    assert cold_match(auto, fixed, 0.02)["match_h"] == 1.0
+    # never at or below at the end: no match
+    assert cold_match(series([1, 2, 3, 4, 11], [0] * 5), fixed, 0.02)["match_h"] is None
 
 
 # ------------------------------------------------------- hand-made scenarios

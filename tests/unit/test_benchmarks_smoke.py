@@ -104,3 +104,10 @@ def test_decision_cost_quick() -> None:
         assert (c["ray_ms"] is not None and c["ray_ms"] > 0 and c["ray_over_raygpu"] > 0) or c["ray_note"]
         if c["ray_ms"] is not None and c["state"] == "scale-up":
             assert c["ray_to_launch"] > 0  # the demand fits no idle node: Ray launches
+    # part 5: raygpu's worst beside Ray's at each size, and the cost of both running (in-tree autoscaler on)
+    assert [w["nodes"] for w in result["worst"]] == [50, 100]
+    for w in result["worst"]:
+        assert w["gc_reservations"] == w["nodes"] and w["gc_ms"] > 0
+        assert w["reclaim_worst_ms"] >= max(c["raygpu_ms"] for c in result["comparison"] if c["nodes"] == w["nodes"])
+        assert w["raygpu_worst_ms"] == round(w["sidecar_worst_ms"] + w["gc_ms"], 2)
+        assert w["both_worst_ms"] is None or w["both_worst_ms"] > w["raygpu_worst_ms"]

@@ -122,9 +122,27 @@ def test_plan_warm_learns_the_hold_from_the_measured_startups():
     demand = tuple((60.0 * i, i % 3) for i in range(60))
     h = WarmHistory(groups={"gpu": GroupHistory(demand=demand, startup_s=(150.0, 170.0, 400.0))})
     now = 60.0 * 59
-    off = plan_warm(h, ["gpu"], now, WarmSettings())["gpu"]
+    off = plan_warm(h, ["gpu"], now, WarmSettings(hold_startups=0))["gpu"]
     on = plan_warm(h, ["gpu"], now, WarmSettings(hold_startups=1.0))["gpu"]
     assert off.warm is not None and off.hold_s == 0.0 and "idle" not in off.reason.split(";")[-1]
     assert on.warm == off.warm and on.hold_s == 170.0  # the median start-up
     assert "beyond it, idle 170s first (1 start-ups)" in on.reason
     assert plan_warm(h, ["gpu"], now, WarmSettings(hold_startups=0.5))["gpu"].hold_s == 85.0
+
+
+def test_the_default_hold_is_half_a_start_up():
+    """Unset, ``raygpu.io/warm-hold`` is 0.5: an idle worker beyond the target stays half the median start-up
+    (docs/reclaimer.md: it is what met the launch goal on both replayed traces), and the reason says so."""
+    from raygpu.model.warm import DEFAULT_HOLD_STARTUPS, GroupHistory, WarmHistory, WarmSettings
+    from raygpu.plan.reclaim.warm import plan_warm
+
+    assert DEFAULT_HOLD_STARTUPS == 0.5 == WarmSettings().hold_startups
+    demand = tuple((60.0 * i, i % 3) for i in range(60))
+    h = WarmHistory(groups={"gpu": GroupHistory(demand=demand, startup_s=(180.0,))})
+    t = plan_warm(h, ["gpu"], 60.0 * 59, WarmSettings())["gpu"]
+    assert t.warm is not None and t.hold_s == 90.0
+    assert t.reason.endswith("; beyond it, idle 90s first (0.5 start-ups)"), t.reason
+    # in the plan: a worker beyond the target idle 60 s stays, one idle 120 s goes
+    w = world().worker("a", idle_for_s=120).worker("b", idle_for_s=60)
+    assert verdicts(plan(w, warm_targets={"gpu": 0}, warm_hold_s={"gpu": t.hold_s})) == {
+        "a": R.IDLE, "b": R.NOT_IDLE_LONG_ENOUGH}

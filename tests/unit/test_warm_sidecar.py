@@ -95,13 +95,15 @@ def test_auto_is_parsed_per_cluster_and_per_group_and_bad_knobs_keep_their_defau
     assert not cp.is_auto("gpu") and cp.idle_timeout_s == 600 and problems[0].key == "raygpu.io/idle-timeout"
 
 
-def test_the_hold_is_parsed_in_startups_and_a_bad_one_keeps_zero():
+def test_the_hold_is_parsed_in_startups_and_a_bad_one_keeps_the_default():
     cp, problems = parse_cluster_policy({"raygpu.io/idle-timeout": "auto", "raygpu.io/warm-hold": " 1.5"})
     assert cp.warm.hold_startups == 1.5 and not problems
+    cp, problems = parse_cluster_policy({"raygpu.io/idle-timeout": "auto", "raygpu.io/warm-hold": "0"})
+    assert cp.warm.hold_startups == 0.0 and not problems  # 0: beyond the target, at once (the old default)
     for bad in ("-1", "101", "nan", "3m"):
         cp, problems = parse_cluster_policy({"raygpu.io/idle-timeout": "auto", "raygpu.io/warm-hold": bad})
-        assert cp.warm.hold_startups == 0.0
-        assert [(p.key, p.default_used) for p in problems] == [("raygpu.io/warm-hold", "0.0")], bad
+        assert cp.warm.hold_startups == 0.5  # the default
+        assert [(p.key, p.default_used) for p in problems] == [("raygpu.io/warm-hold", "0.5")], bad
 
 
 # ------------------------------------------------------------------ fallback, learning, explaining
@@ -118,8 +120,11 @@ def test_until_enough_history_each_auto_group_has_the_fallback_timeout():
     assert len(w.kube.with_reason("WarmTarget")) == 2  # no change, no new Event
 
 
+NO_HOLD = {"raygpu.io/warm-hold": "0"}  # beyond the target at once: the workers here are idle 60 s, under the hold
+
+
 def test_the_sidecar_learns_keeps_warm_explains_and_persists():
-    w = World(FakeKube(auto_cluster()))
+    w = World(FakeKube(auto_cluster(**NO_HOLD)))
     r = w.reclaimer()
     w.learn(r, 40)
     report = r.cycle()
@@ -142,8 +147,22 @@ def test_the_sidecar_learns_keeps_warm_explains_and_persists():
     assert len(writes) == 40 // 6  # at most one write every 6 cycles
 
 
+def test_with_the_default_hold_a_worker_beyond_the_target_stays_half_a_start_up():
+    """Unset, the hold is 0.5 start-ups: 90 s of the measured 180 s; each of the 3 idle-60 s workers stays, the 2
+    beyond the target too (test_the_sidecar_learns_keeps_warm_explains_and_persists: the same with no hold)."""
+    w = World(FakeKube(auto_cluster()))
+    r = w.reclaimer()
+    w.learn(r, 40)
+    gpu = {d.pod_name: d for d in r.cycle().plan.decisions if d.group == "gpu"}
+    held = [d for d in gpu.values() if d.detail == "idle 60s < timeout 90s"]  # the warm one among them (it counts)
+    assert len(held) == 3 and {d.reason for d in held} == {R.NOT_IDLE_LONG_ENOUGH}
+    assert not [d for d in gpu.values() if d.reason in (R.IDLE, R.KEEP_WARM)]  # without the hold: 3 Idle, 1 KeepWarm
+    assert gauge(r, "gpu") == 1.0
+    assert any("beyond it, idle 90s first (0.5 start-ups)" in e.message for e in w.kube.with_reason("WarmTarget"))
+
+
 def test_a_restarted_sidecar_starts_from_the_stored_history():
-    kube = FakeKube(auto_cluster())
+    kube = FakeKube(auto_cluster(**NO_HOLD))
     w = World(kube)
     w.learn(w.reclaimer(), 40)
     again = World(kube)
@@ -220,9 +239,10 @@ def test_groups_not_in_auto_learn_nothing_and_write_nothing():
 
 
 # ------------------------------------------------------------------ a state read defensively
-def seeded(text: str | None = None, **groups: GroupHistory) -> FakeKube:
-    """A cluster in auto whose state ConfigMap (ours) holds ``groups``, or the raw ``text`` (no size cap)."""
-    kube = FakeKube(auto_cluster())
+def seeded(text: str | None = None, annotations: dict[str, str] | None = None, **groups: GroupHistory) -> FakeKube:
+    """A cluster in auto (and ``annotations``) whose state ConfigMap (ours) holds ``groups``, or the raw ``text``
+    (no size cap)."""
+    kube = FakeKube(auto_cluster(**(annotations or {})))
     cm = warm_state_configmap(NS, "rc", RECORDED["metadata"]["uid"], groups)
     if text is not None:
         cm["data"][WARM_STATE_KEY] = text
@@ -259,7 +279,7 @@ def test_a_clock_that_steps_back_drops_the_samples_it_left_in_the_future_once():
 def test_a_demand_of_ten_to_the_eighteen_is_dropped_and_idle_workers_are_reclaimed():
     """Half the stored samples at 10^18: taken whole, the target was 10^18 and every idle worker stayed."""
     absurd = tuple((NOW_S - 7200 + 60 * i, 10**18 if i % 2 else 0) for i in range(110))
-    kube = seeded(gpu=GroupHistory(demand=absurd, startup_s=(180.0,)))
+    kube = seeded(gpu=GroupHistory(demand=absurd, startup_s=(180.0,)), annotations=NO_HOLD)
     report = World(kube).reclaimer().cycle()
     gpu = [d for d in report.plan.decisions if d.group == "gpu" and d.reason in (R.IDLE, R.KEEP_WARM)]
     assert gpu and {d.reason for d in gpu} == {R.IDLE}
