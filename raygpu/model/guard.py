@@ -123,7 +123,20 @@ def ticket_name(lease_name: str, tag: str) -> str:
     return f"{lease_name}.{tag}"
 
 
-class Ticket(Frozen):
+class _Renewed(Frozen):
+    """A Lease its writer renews: its ``record`` (renewTime, resourceVersion) changes with each renewal, and a
+    reader that sees it unchanged for ``lease_duration_s`` on its own clock counts the writer gone."""
+
+    resource_version: str = ""
+    renew_time: str = ""
+    lease_duration_s: int = LEASE_DURATION_S
+
+    @property
+    def record(self) -> tuple[str, str]:
+        return (self.renew_time, self.resource_version)
+
+
+class Ticket(_Renewed):
     """A guarded gang waiting in a scope: its ticket Lease in the guard namespace, renewed by its driver.
 
     Only a *proven* ticket queues (:meth:`from_k8s` returns None for anything else): it is in the guard
@@ -138,13 +151,6 @@ class Ticket(Frozen):
     gang: str = ""  # <namespace>/<state ConfigMap>, for messages
     created_at_s: float = 0.0  # metadata.creationTimestamp: the API server's clock
     timeouts: int = 0
-    resource_version: str = ""
-    renew_time: str = ""
-    lease_duration_s: int = LEASE_DURATION_S
-
-    @property
-    def record(self) -> tuple[str, str]:
-        return (self.renew_time, self.resource_version)
 
     def waiting(self) -> "WaitingGang":
         """As a gang in line (decide_lease's queue): named by its tag."""
@@ -241,7 +247,7 @@ def ask_name(lease_name: str, tag: str) -> str:
     return f"{lease_name}.ask.{tag}"
 
 
-class Ask(Frozen):
+class Ask(_Renewed):
     """A backfilling gang's ask for a pass, as the holder reads it: only a *proven* ask (:meth:`from_k8s`: in
     the guard namespace, labelled ``raygpu.io/guard-ask=<scope lease>``, named
     ``<scope lease>.ask.<holderIdentity>``) is answered. Written by its gang only: its runtime hint,
@@ -255,13 +261,6 @@ class Ask(Frozen):
     hint_s: float | None = None
     seen_rev: int = 0
     passes: int = 0
-    resource_version: str = ""
-    renew_time: str = ""
-    lease_duration_s: int = LEASE_DURATION_S
-
-    @property
-    def record(self) -> tuple[str, str]:
-        return (self.renew_time, self.resource_version)
 
     @classmethod
     def from_k8s(cls, obj: dict[str, Any], lease_name: str) -> "Ask | None":

@@ -246,12 +246,19 @@ def test_the_holders_clock_behind_the_kubelets_is_covered_by_the_margin():
     assert pass_of(w, pod2) == w.guard.tag
 
 
-def test_before_its_swap_the_holder_revokes_every_pass_and_swaps_once_the_asker_took_it_off():
+def one_asker_answered(name: str) -> tuple[World, Backfill, str]:
+    """A holder whose gang starts 200 s from now, and one backfilling gang (hint 10 s) that asked and was
+    answered: its world, its backfiller and its pod."""
     w, wall = hinted_world(t3_ads=200)
     w.step()
-    bf, pod = backfiller(w, wall, "late", hint=10)
+    bf, pod = backfiller(w, wall, name, hint=10)
     w.clock.tick()
     ask_and_answer(w, bf)
+    return w, bf, pod
+
+
+def test_before_its_swap_the_holder_revokes_every_pass_and_swaps_once_the_asker_took_it_off():
+    w, bf, pod = one_asker_answered("late")
     assert pass_of(w, pod) == w.guard.tag
     del w.kube.objects[("Pod", "default", "t3")]  # t3 ends early: room on every held node now
     w.step()
@@ -304,11 +311,7 @@ def test_a_gone_askers_ask_is_deleted_by_the_holder_under_its_uid_and_a_renewed_
 
 
 def test_an_ask_deleted_while_its_gang_lives_is_made_again_and_a_release_withdraws_it():
-    w, wall = hinted_world(t3_ads=200)
-    w.step()
-    bf, _ = backfiller(w, wall, "cut", hint=10)
-    w.clock.tick()
-    ask_and_answer(w, bf)
+    w, bf, _ = one_asker_answered("cut")
     del w.kube.objects[("Lease", w.guard.ns, bf.ask)]  # (the holder took it for gone: its driver was cut off)
     for _ in range(6):  # renewed within LEASE_DURATION_S / 3: the patch finds it gone and makes it again
         w.clock.tick()
@@ -320,11 +323,7 @@ def test_an_ask_deleted_while_its_gang_lives_is_made_again_and_a_release_withdra
 
 
 def test_taking_or_freeing_the_lease_clears_the_answers_and_keeps_counting_their_revision():
-    w, wall = hinted_world(t3_ads=200)
-    w.step()
-    bf, _ = backfiller(w, wall, "short", hint=10)
-    w.clock.tick()
-    ask_and_answer(w, bf)
+    w, bf, _ = one_asker_answered("short")
     assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_GRANTS] == f"1;{bf.tag}=yes"
     w.guard.release("test")
     assert w.lease()["metadata"]["annotations"][ANNOTATION_GUARD_GRANTS] == "2;"  # an asker's "1" names one write
