@@ -131,12 +131,13 @@ class PodDeletions:
         self.counts: dict[str, int] = {}
         self.created: set[str] = set()
         self._w = watch.Watch()
+        self._stopped = False
         rv = core.list_namespaced_pod(ns).metadata.resource_version
         self._t = threading.Thread(target=self._run, args=(core, ns, rv), daemon=True)
         self._t.start()
 
     def _run(self, core, ns, rv) -> None:
-        while True:
+        while not self._stopped:  # the server ends a watch after timeout_seconds: go on from the last version
             try:
                 for ev in self._w.stream(core.list_namespaced_pod, ns, resource_version=rv, deserialize=False,
                                          timeout_seconds=300):
@@ -146,11 +147,17 @@ class PodDeletions:
                         self.counts[name] = self.counts.get(name, 0) + 1
                     elif ev["type"] == "ADDED":
                         self.created.add(name)
-                return
             except Exception:  # noqa: BLE001 - the namespace goes away at the end
                 return
 
+    def wait_deleted(self, names: list[str], timeout_s: float) -> dict[str, int | None]:
+        """Wait until every pod of ``names`` has its DELETED event (a pod marked for deletion is removed a
+        moment later, after its graceful termination); returns their counts, None where none came."""
+        wait_for(f"DELETED events of {names}", lambda: all(self.counts.get(n) for n in names), timeout_s)
+        return {n: self.counts.get(n) for n in names}
+
     def stop(self) -> None:
+        self._stopped = True
         self._w.stop()
 
 

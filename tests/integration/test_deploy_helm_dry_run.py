@@ -21,6 +21,7 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError, 
 from raygpu.testing import components
 from raygpu.testing.kube import FIELD_MANAGER, apply, load_yaml_docs
 from raygpu.testing.manifests import REPO
+from tests.integration.util import wait_for
 
 CHART = REPO / "deploy" / "helm" / "raygpu"
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
@@ -67,6 +68,15 @@ def prometheus_operator_crds(testbed, kube):
     yield
     for name in added:  # cluster-scoped: leave the testbed as it was
         api.delete(name=name)
+
+    def gone(name: str) -> bool:  # a CRD being deleted still answers GET: the next test would take it for installed
+        try:
+            api.get(name=name)
+            return False
+        except NotFoundError:
+            return True
+    for name in added:
+        wait_for(f"CRD {name} deleted", lambda name=name: gone(name), 60)
 
 
 def _render(ns: str, *options: str) -> list[dict]:

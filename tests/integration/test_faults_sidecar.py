@@ -133,7 +133,7 @@ def test_the_sidecars_failed_lost_and_hung_patches_never_touch_the_gang(env, kub
                                                        if p not in small] or None, 60)
         side.wait("the new idle worker reclaimed", lambda: side.records("patch", status="applied"), BRIDGE_WAIT_S)
         wait_for("the new idle worker deleted", lambda: _workers(env.core, env.ns, "small") == [], 60)
-        assert {p: deletions.counts.get(p) for p in small + new} == {p: 1 for p in small + new}, deletions.counts
+        assert deletions.wait_deleted(small + new, 30) == {p: 1 for p in small + new}, deletions.counts
         assert intact(env, gang)
         no_release_decided(side, gang)
         release_and_check(env, gang, deletions)
@@ -305,7 +305,7 @@ def test_a_killed_drivers_gang_is_released_after_read_faults_and_nothing_else_is
         assert {c.metadata.name for c in env.core.list_namespaced_config_map(env.ns).items} >= {"c-rg-user",
                                                                                                "look-alike"}
         assert uid == env.kube.get_raycluster(env.ns, "c").uid
-        assert {p: 1 for p in pods} == {p: deletions.counts.get(p) for p in pods}
+        assert {p: 1 for p in pods} == deletions.wait_deleted(pods, 30), deletions.counts
         deletions.stop()
     finally:
         if side:
