@@ -46,8 +46,23 @@ def _served(kube, api_version: str, kind: str, deadline_s: float = 30.0):
             time.sleep(0.5)
 
 
+def _answers(kube, api, crd: dict, ns: str) -> bool:
+    """The CRD is Established and its resource answers a LIST in ``ns``. The client's discovery is cached, so a CRD
+    deleted by the test before and created again looks served at once; the server answers 404 on its path until
+    it has set the CRD up again."""
+    conds = {c["type"]: c["status"] for c in (api.get(name=crd["metadata"]["name"]).to_dict()
+                                              .get("status", {}).get("conditions") or [])}
+    if conds.get("Established") != "True":
+        return False
+    try:
+        _served(kube, "monitoring.coreos.com/v1", crd["spec"]["names"]["kind"], deadline_s=60).get(namespace=ns)
+        return True
+    except NotFoundError:
+        return False
+
+
 @pytest.fixture
-def prometheus_operator_crds(testbed, kube):
+def prometheus_operator_crds(testbed, kube, ns):
     folder = components.prometheus_operator_crds()
     if not folder.exists():
         pytest.fail(f"the prometheus-operator CRDs are not at {folder}: run .ci/setup, or "
@@ -64,7 +79,7 @@ def prometheus_operator_crds(testbed, kube):
             apply(kube, crd)
             added.append(crd["metadata"]["name"])
     for crd in crds:
-        _served(kube, "monitoring.coreos.com/v1", crd["spec"]["names"]["kind"], deadline_s=60)
+        wait_for(f"CRD {crd['metadata']['name']} answers", lambda crd=crd: _answers(kube, api, crd, ns), 60)
     yield
     for name in added:  # cluster-scoped: leave the testbed as it was
         api.delete(name=name)
