@@ -58,6 +58,8 @@ class Params:
     step_s: float
     quantile: float = 0.8  # auto: the keep-warm quantile
     oracle: list[int] | None = None  # oracle: per step, the workers demand will need (perfect foresight)
+    oracle_pg_steps: tuple[int, ...] = ()  # oracle-pg: the steps where a PG arrives
+    oracle_horizon_s: float | None = None  # oracle / oracle-pg: how far ahead it looks (None: one start-up)
     warm_step_s: float | None = None  # auto: the learner's sample step (default step_s)
     hold_startups: float = 0.0  # auto: WarmSettings.hold_startups
     warm_history: WarmHistory | None = None  # auto: the history it starts with (None: cold, no history)

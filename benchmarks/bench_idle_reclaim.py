@@ -104,6 +104,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import time
 from collections import Counter
 from typing import Any
@@ -113,7 +114,7 @@ from benchmarks._idle_reclaim_sim import Params, Sim
 from benchmarks._idle_reclaim_trace import (MEMBER, OPENB_DAY, OPENB_TASKS, PG, TRACE, Trace, busy_series, load_openb,
                                             load_trace, make_pgs)
 from benchmarks._idle_reclaim_bound import bound, demand_floor, place
-from benchmarks._idle_reclaim_pareto import cold_match, goal_check, pareto_plot
+from benchmarks._idle_reclaim_pareto import cold_match, goal_check, pareto_plot, pg_frontier_lines
 from benchmarks._idle_reclaim_warm import oracle_demand
 from raygpu.model.reclaim import ReclaimReason
 from raygpu.model.warm import DEFAULT_HOLD_STARTUPS, DEFAULT_QUANTILE, GroupHistory, WarmHistory
@@ -122,20 +123,25 @@ FIXED_TIMEOUTS_S = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0)
 
 
 def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, steps: int,
-               histories: list[WarmHistory] | None = None, keep_sims: bool = False) -> dict[str, Any]:
+               histories: list[WarmHistory] | None = None, keep_sims: bool = False,
+               horizon_s: float | None = None) -> dict[str, Any]:
     """Simulate every cluster under one policy; cap 0 = each cluster's streams + 8 (never binding in practice).
     ``auto`` uses ``timeout_s`` as its fallback and starts from ``histories`` (one per cluster; None: cold);
-    ``oracle`` is told the future demand."""
+    ``oracle`` is told the future demand; ``oracle-pg`` the future demand and when each PG arrives, and looks
+    ``horizon_s`` ahead."""
     step_s = trace.step_s / args.substeps
     per_cluster, all_pgs = cluster_inputs(trace, args, steps)
     sims: list[Sim] = []
     arrived: list[list[PG]] = []
     for c, (streams, pgs) in enumerate(zip(per_cluster, all_pgs)):
         arrived.append(list(pgs))
-        oracle = oracle_demand(streams, pgs, steps, step_s, args.gpus_per_pod) if policy == "oracle" else None
+        foresight = policy in ("oracle", "oracle-pg")
+        oracle = oracle_demand(streams, pgs, steps, step_s, args.gpus_per_pod) if foresight else None
+        pg_steps = tuple(sorted({math.ceil(pg.arrive_s / step_s) for pg in pgs})) if policy == "oracle-pg" else ()
         p = Params(gpus_per_pod=args.gpus_per_pod, idle_timeout_s=timeout_s, startup_s=args.startup_s,
                    min_replicas=args.min_replicas, max_replicas=cap or (len(streams) + 8), step_s=step_s,
-                   quantile=args.quantile, oracle=oracle, warm_step_s=trace.step_s,
+                   quantile=args.quantile, oracle=oracle, oracle_pg_steps=pg_steps, oracle_horizon_s=horizon_s,
+                   warm_step_s=trace.step_s,
                    hold_startups=args.auto_hold, warm_history=histories[c] if histories else None)
         sims.append(Sim(c, policy, streams, pgs, p, shadow=not args.no_shadow))
     for i in range(steps):
@@ -177,6 +183,8 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
         "pg_wait_p50_s": round(percentile(waits, 50), 1),
         "pg_wait_p95_s": round(percentile(waits, 95), 1),
         "pg_wait_mean_s": round(sum(waits) / len(waits), 1) if waits else 0.0,
+        # the PGs that waited more than half a start-up: a PG-wait p95 <= 0.5x one start-up needs <= 5% of them
+        "pg_waited_over_half_startup": sum(1 for w in waits if w > args.startup_s / 2),
         "initial_pods": m["initial_pods"],
         "launches": m["launches"],
         "scale_downs": m["scale_downs"],
@@ -197,7 +205,7 @@ def run_policy(policy: str, trace: Trace, args, timeout_s: float, cap: int, step
         row["shadow_only_ray"] = m["shadow_only_ray"]
         row["shadow_only_raygpu"] = m["shadow_only_raygpu"]
     targets = [t for sim in sims for t in sim.warm_targets]
-    if policy in ("auto", "oracle"):
+    if policy in ("auto", "oracle", "oracle-pg"):
         row["warm_target_mean"] = round(sum(targets) / len(targets), 2) if targets else None
         row["warm_steps"] = len(targets)  # cluster-steps past the fallback
         firsts = [sim.first_warm_s for sim in sims]
@@ -358,6 +366,9 @@ def run_trace(key: str, args, timeouts: list[float], caps: list[int]) -> dict[st
                        "rows": place(b, group)})
         goal = goal_check(group, targs.match_tolerance)
         goal["max_replicas"] = cap or None
+        goal["pg_frontier"] = [pg_frontier_point(run_policy("oracle-pg", trace, targs, targs.auto_fallback, cap, steps,
+                                                            horizon_s=h)["row"], h) for h in targs.pg_frontier]
+        goal["lines"] += pg_frontier_lines(goal, goal["pg_frontier"])
         goals.append(goal)
         for pol in ("auto", "auto-warm"):
             g = goal.get(pol)
@@ -389,6 +400,20 @@ def run_trace(key: str, args, timeouts: list[float], caps: list[int]) -> dict[st
 
 
 POLICY_ORDER = {"auto": 0, "auto-warm": 1, "oracle": 2}
+
+
+def pg_frontier_point(row: dict[str, Any], horizon_s: float) -> dict[str, Any]:
+    return {"horizon_s": horizon_s, **{k: row[k] for k in ("idle_gpu_h", "launches", "pgs", "pg_wait_p50_s",
+                                                            "pg_wait_p95_s", "pg_waited_over_half_startup",
+                                                            "waiting_gpu_h")}}
+
+
+PG_FRONTIER_COLUMNS = [("horizon_s", "look-ahead s", ".0f"), ("idle_gpu_h", "idle GPU-h", ".2f"),
+                       ("launches", "launches", "d"), ("pg_wait_p50_s", "PG wait p50 s", ".1f"),
+                       ("pg_wait_p95_s", "PG wait p95 s", ".1f"),
+                       ("pg_waited_over_half_startup", "PGs waiting > start-up/2", "d"), ("pgs", "PGs", "d")]
+PG_FRONTIER_S = (600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0)
+PG_FRONTIER_QUICK_S = (600.0, 1800.0)
 
 
 def _keep(series: dict[str, Any], name: str, out: dict[str, Any]) -> dict[str, Any]:
@@ -444,6 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--match-tolerance", type=float, default=0.02,
                     help="bisect the fixed timeout (real runs) until one row's idle GPU-h is this close to auto's")
     ap.add_argument("--max-probes", type=int, default=8, help="at most this many bisection runs per cap")
+    ap.add_argument("--pg-frontier", type=float, nargs="*", default=None, metavar="S",
+                    help="the PG-wait frontier's look-aheads in seconds, one foresight run each (default "
+                         f"{' '.join(f'{x:.0f}' for x in PG_FRONTIER_S)}; quick {' '.join(f'{x:.0f}' for x in PG_FRONTIER_QUICK_S)}; "
+                         "none: no frontier)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save-json", default=None, metavar="PATH", help="also write the JSON result to PATH")
     ap.add_argument("--no-plot", action="store_true")
@@ -458,12 +487,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.streams is None and args.quick:
         args.streams = 24
     timeouts = args.idle_timeout or list(FIXED_TIMEOUTS_S)
+    if args.pg_frontier is None:
+        args.pg_frontier = list(PG_FRONTIER_QUICK_S if args.quick else PG_FRONTIER_S)
     caps = args.max_replicas or [0]
     t_start = time.perf_counter()
     traces = [run_trace(k, args, timeouts, caps) for k in keys]
     elapsed = time.perf_counter() - t_start
     params = {"idle_timeouts_s": [float(t) for t in timeouts], "auto_quantile": args.quantile,
-              "auto_fallback_s": args.auto_fallback, "auto_hold_startups": args.auto_hold, "clusters": args.clusters,
+              "auto_fallback_s": args.auto_fallback, "pg_frontier_s": args.pg_frontier, "auto_hold_startups": args.auto_hold, "clusters": args.clusters,
               "substeps": args.substeps, "match_tolerance": args.match_tolerance,
               "busy_threshold_pct": args.busy_threshold,
               "gpus_per_pod": args.gpus_per_pod, "startup_s": args.startup_s, "min_replicas": args.min_replicas,
@@ -493,6 +524,11 @@ def main(argv: list[str] | None = None) -> int:
             picks = [fr[round(j * (len(fr) - 1) / 8)] for j in range(9)] if len(fr) > 9 else fr
             print("  " + ", ".join(f"{x:.1f} -> {n}" for x, n in picks))
             print_table(bd["rows"], BOUND_COLUMNS)
+        for g in tr["goal"]:
+            if g["pg_frontier"]:
+                print("PG-wait frontier: foresight keep-warm for the PG arrivals within a look-ahead (it knows when "
+                      "every PG comes and keeps warm the rise of demand then; no stream is served ahead):")
+                print_table(g["pg_frontier"], PG_FRONTIER_COLUMNS)
         for g in tr["goal"]:
             for line in g["lines"]:
                 print(line)

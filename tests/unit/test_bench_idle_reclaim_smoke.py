@@ -86,6 +86,22 @@ def _check_trace(tr: dict, shared: dict) -> None:
         assert cold["fixed_timeout_s"] == ref["idle_timeout_s"] and cold["ratios"] == g["ratios"]
         assert abs(cold["launches_at_end"] - row["launches"] / ref["launches"]) <= 0.002
         assert cold["match_h"] is None or 0 <= cold["match_h"] <= params["hours"]
+    # the PG-wait frontier: one foresight run per look-ahead, on the same PGs; where auto's p95 goal is not
+    # met, the goal says whether knowing when every PG comes could meet it within the fixed row's idle
+    pg_front = goal["pg_frontier"]
+    assert [f["horizon_s"] for f in pg_front] == params["pg_frontier_s"] and pg_front
+    for f in pg_front:
+        assert f["pgs"] == ray0["pgs"] and 0 <= f["pg_waited_over_half_startup"] <= f["pgs"]
+        assert f["pg_wait_p95_s"] >= f["pg_wait_p50_s"] >= 0
+    assert pg_front[-1]["idle_gpu_h"] > pg_front[0]["idle_gpu_h"]  # looking further ahead keeps more warm
+    for pol in ("auto", *warm):
+        g = goal[pol]
+        if g["in_range"] and not g["p95_met"]:
+            within = [f for f in pg_front if f["idle_gpu_h"] <= g["fixed_idle_gpu_h"]]
+            target = 0.5 * g["fixed"]["pg_wait_p95_s"]
+            assert g["p95_reachable_by_foresight"] == (any(f["pg_wait_p95_s"] <= target for f in within)
+                                                      if within else None)
+            assert any(line.startswith(f"  {pol}'s PG wait p95 goal") for line in goal["lines"])
     bound = tr["bound"][0]
     front = bound["frontier"]
     assert front[0] == [0.0, bound["launches_at_zero_idle"]]
