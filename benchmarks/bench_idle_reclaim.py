@@ -342,7 +342,7 @@ def run_trace(key: str, args, timeouts: list[float], caps: list[int]) -> dict[st
         for pol, timeout in runs:
             out = run_policy(pol, trace, targs, timeout, cap, steps)
             group.append(out["row"])
-            series[f"{pol} {timeout:.0f}s" if pol in ("ray-v2", "raygpu") else pol] = out["series"]
+            series[series_name(pol, timeout)] = out["series"]
         if prior_day is not None and targs.warm_prior_h > 0:
             out = run_policy("auto", trace, targs, targs.auto_fallback, cap, steps,
                              histories=prior_histories(targs, prior_day, cap))
@@ -354,7 +354,7 @@ def run_trace(key: str, args, timeouts: list[float], caps: list[int]) -> dict[st
             row = next((r for r in group if r["policy"] == pol), None)
             if row is not None:  # real runs, into group (and their series, for the cold-start match)
                 probe_timeouts(group, row["idle_gpu_h"], targs.match_tolerance, targs.max_probes,
-                               lambda t: _keep(series, f"ray-v2 {t:.1f}s", run_fixed(t)))
+                               lambda t: _keep(series, series_name("ray-v2", t), run_fixed(t)))
         group.sort(key=lambda r: (r["policy"] != "ray-v2", POLICY_ORDER.get(r["policy"], 9), r["idle_timeout_s"]))
         rows.extend(group)
         per_cluster, all_pgs = cluster_inputs(trace, targs, steps)
@@ -373,7 +373,7 @@ def run_trace(key: str, args, timeouts: list[float], caps: list[int]) -> dict[st
         for pol in ("auto", "auto-warm"):
             g = goal.get(pol)
             if g and g.get("in_range"):
-                ref = series.get(f"ray-v2 {g['fixed_timeout_s']:.0f}s") or series.get(f"ray-v2 {g['fixed_timeout_s']:.1f}s")
+                ref = series[series_name("ray-v2", g["fixed_timeout_s"])]
                 cold = cold_match(series[pol], ref, targs.match_tolerance)
                 first = next(r for r in group if r["policy"] == pol)["first_warm_s"]
                 cold.update({"first_warm_h": None if first is None else round(first / 3600.0, 2), "policy": pol, "max_replicas": cap or None, "fixed_timeout_s": g["fixed_timeout_s"],
@@ -386,7 +386,8 @@ def run_trace(key: str, args, timeouts: list[float], caps: list[int]) -> dict[st
                      f"auto q={targs.quantile:g}, step {step_s:.1f}s")
             tag = f"{f'_cap{cap}' if cap else ''}{suffix}"
             plots.append(pareto_plot(group, f"idle_reclaim_pareto{tag}.png", title, b.curve(top * 1.05)))
-            shown = {k: v for k, v in series.items() if k in ("ray-v2 300s", "auto", "auto-warm", "oracle")}
+            shown = {k: v for k, v in series.items()
+                     if k in (series_name("ray-v2", 300.0), "auto", "auto-warm", "oracle")}
             plots.append(plot(shown, f"idle_reclaim_timeline{tag}.png", title))
     params = {"streams": rows[0]["streams"], "steps": steps, "step_s": round(step_s, 3),
               "trace_step_s": trace.step_s, "hours": round(steps * step_s / 3600, 2),
@@ -414,6 +415,12 @@ PG_FRONTIER_COLUMNS = [("horizon_s", "look-ahead s", ".0f"), ("idle_gpu_h", "idl
                        ("pg_waited_over_half_startup", "PGs waiting > start-up/2", "d"), ("pgs", "PGs", "d")]
 PG_FRONTIER_S = (600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0)
 PG_FRONTIER_QUICK_S = (600.0, 1800.0)
+
+
+def series_name(policy: str, timeout_s: float) -> str:
+    """A run's name among the series (and in the timeline plot): a fixed-timeout policy with its timeout, sweep
+    and bisection probes alike ("ray-v2 300s", "ray-v2 157.5s"); auto and the oracles by name."""
+    return f"{policy} {timeout_s:g}s" if policy in ("ray-v2", "raygpu") else policy
 
 
 def _keep(series: dict[str, Any], name: str, out: dict[str, Any]) -> dict[str, Any]:
