@@ -94,3 +94,34 @@ class Deletions(threading.Thread):
             except Exception:  # noqa: BLE001 - a watch that ends (410) restarts from a fresh list
                 rv = None
                 self.stop.wait(1.0)
+
+
+class BlockerWatch(threading.Thread):
+    """Samples the scope's standing blockers in the guard namespace every 0.2 s: each change, as (time,
+    {name: (node, its gang's tag)})."""
+
+    def __init__(self, core, scope: str) -> None:
+        super().__init__(daemon=True)
+        self.core, self.scope, self.stop, self.samples = core, scope, threading.Event(), []
+
+    def run(self) -> None:
+        last = None
+        while not self.stop.is_set():
+            now = {p["metadata"]["name"]: (p["spec"].get("nodeName"), p["metadata"]["labels"][LABEL_BLOCKER])
+                   for p in blockers(self.core, self.scope)}
+            if now != last:
+                self.samples.append((time.monotonic(), now))
+                last = now
+            self.stop.wait(0.2)
+
+    def most_gangs(self) -> int:
+        """The most gangs whose blockers stood at once."""
+        return max((len({tag for _, tag in s.values()}) for _, s in self.samples), default=0)
+
+    def gangs(self) -> set[str]:
+        """Every gang (tag) whose blockers were seen."""
+        return {tag for _, s in self.samples for _, tag in s.values()}
+
+    def gone_since(self, t: float) -> float | None:
+        """The first time after ``t`` at which no blocker stood, None if none yet."""
+        return next((at for at, s in self.samples if at >= t and not s), None)

@@ -19,7 +19,6 @@ the test's namespace is deleted but the test's own and the gang's at its release
 
 from __future__ import annotations
 
-import threading
 import time
 
 import ray
@@ -34,32 +33,11 @@ from raygpu.testing.controlplane import ADMIN_TOKEN
 from raygpu.testing.faultproxy import Fail, Rule, start_for
 from raygpu.testing.kube import apply
 from tests.integration.gang_helpers import nothing_left, seen_after
-from tests.integration.guard_helpers import GUARD_NS, Deletions, blockers, guard_setup
+from tests.integration.guard_helpers import GUARD_NS, BlockerWatch, Deletions, blockers, guard_setup
 from tests.integration.util import holds_for, pods, ray_address, wait_for
 
 GPU_NODES, GPUS, MAX_HOLD_S = 2, 8, 240
 PODS = rf"/api/v1/namespaces/{GUARD_NS}/pods"
-
-
-class Blockers(threading.Thread):
-    """Samples the scope's standing blockers: every (time, {name: node}) that changed."""
-
-    def __init__(self, core, scope: str) -> None:
-        super().__init__(daemon=True)
-        self.core, self.scope, self.stop, self.samples = core, scope, threading.Event(), []
-
-    def run(self) -> None:
-        last = None
-        while not self.stop.is_set():
-            now = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in blockers(self.core, self.scope)}
-            if now != last:
-                self.samples.append((time.monotonic(), now))
-                last = now
-            self.stop.wait(0.2)
-
-    def gone_since(self, t: float) -> float | None:
-        """The first time after ``t`` at which no blocker stood, None if none yet."""
-        return next((at for at, b in self.samples if at >= t and not b), None)
 
 
 def test_the_guards_lost_and_failed_writes_never_double_a_blocker_and_a_cut_off_holder_stops_in_time(
@@ -75,7 +53,7 @@ def test_the_guards_lost_and_failed_writes_never_double_a_blocker_and_a_cut_off_
     ray.init(address=ray_address(testbed, ns, "c"), logging_level="ERROR", log_to_driver=False)
     rk = KubeAdapter(str(testbed.kubeconfig))
     lease_path = rf"/apis/coordination.k8s.io/v1/namespaces/{GUARD_NS}/leases/{GuardPolicy().lease_name(ns)}"
-    watch, deletions = Blockers(core, ns), Deletions(core, ns)
+    watch, deletions = BlockerWatch(core, ns), Deletions(core, ns)
     with start_for(testbed) as proxy:
         keep_on_failure("driver-proxy.log", proxy.write_log)
         kc = str(proxy.kubeconfig_for_token(ADMIN_TOKEN, tmp_path / "driver.kubeconfig"))
@@ -138,9 +116,11 @@ def test_the_guards_lost_and_failed_writes_never_double_a_blocker_and_a_cut_off_
             deletions.stop.set()
             ray.shutdown()
     assert watch.samples, "the watcher saw nothing"
+    assert watch.gangs() == {tag}, watch.gangs()  # only this gang's
     for at, standing in watch.samples:
-        assert all(n.startswith(f"{tag}-bl-") for n in standing), standing  # only this gang's
-        assert len(set(standing.values())) == len(standing) <= GPU_NODES, standing  # at most one per node
+        assert all(n.startswith(f"{tag}-bl-") for n in standing), standing
+        nodes = [node for node, _ in standing.values()]
+        assert len(set(nodes)) == len(nodes) <= GPU_NODES, standing  # at most one per node
     others = [n for n in deletions.names if not n.startswith(("stay-", "c-rg-g-"))]
     assert others == [], f"pods deleted that were neither the test's nor the gang's: {others}"
     assert not pods(core, GUARD_NS, f"{LABEL_BLOCKER}={tag}"), "blockers left behind"

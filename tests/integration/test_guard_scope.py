@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
-import threading
 import time
 
 import pytest
@@ -28,7 +27,7 @@ from raygpu.model.labels import LABEL_BLOCKER
 from raygpu.testing import manifests as m
 from raygpu.testing.kube import apply
 from raygpu.testing.pytest_plugin import made_namespace
-from tests.integration.guard_helpers import GUARD_NS, Deletions, Tenant, blockers, guard_setup
+from tests.integration.guard_helpers import GUARD_NS, BlockerWatch, Deletions, Tenant, blockers, guard_setup
 from tests.integration.sidecar_helpers import Driver
 from tests.integration.util import pods, ray_address, wait_for
 
@@ -75,20 +74,6 @@ def _done(d: Driver) -> None:
         d.proc.stdin.flush()
 
 
-class Holders(threading.Thread):
-    """Samples the scope's standing blockers in the guard namespace: the most gangs blocking at once."""
-
-    def __init__(self, core, scope: str) -> None:
-        super().__init__(daemon=True)
-        self.core, self.scope, self.stop, self.most, self.seen = core, scope, threading.Event(), 0, set()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            tags = {p["metadata"]["labels"][LABEL_BLOCKER] for p in blockers(self.core, self.scope)}
-            self.most, self.seen = max(self.most, len(tags)), self.seen | tags
-            self.stop.wait(0.3)
-
-
 def _holder(rk_get, scope: str) -> str:
     lease = rk_get("coordination.k8s.io/v1", "Lease", GuardPolicy(scope=scope).lease_name("unused"), GUARD_NS) or {}
     return (lease.get("spec") or {}).get("holderIdentity") or ""
@@ -102,7 +87,7 @@ def test_two_namespaces_one_scope_one_holder_both_ready_within_twice_max_hold(te
         _cluster(kube, n, pool.name, MAX_HOLD_S)
     tenant = Tenant(core, ns, pool.name, GPU_NODES * GPUS, 4, (2.0, 6.0))
     watches = [Deletions(core, n) for n in (ns, ns_b, GUARD_NS)]
-    holders = Holders(core, pool.name)
+    holders = BlockerWatch(core, pool.name)
     drivers: list[Driver] = []
     for t in (tenant, *watches):
         t.start()
@@ -146,7 +131,8 @@ def test_two_namespaces_one_scope_one_holder_both_ready_within_twice_max_hold(te
             w.stop.set()
         for d in drivers:
             d.stop()
-    assert holders.most == 1 and holders.seen <= tags, f"blocking at once: {holders.most}; blockers of {holders.seen}"
+    assert holders.most_gangs() == 1 and holders.gangs() <= tags, (
+        f"blocking at once: {holders.most_gangs()}; blockers of {holders.gangs()}")
     prefixes = tuple(f"{t}-bl-" for t in tags)
     # the guard namespace is shared with other tests running beside this one: there, only these namespaces' pods
     # (a blocker's name starts with its gang's tag, which starts with the gang's namespace)
