@@ -54,10 +54,10 @@ def _answers(kube, api, crd: dict, ns: str) -> bool:
                                               .get("status", {}).get("conditions") or [])}
     if conds.get("Established") != "True":
         return False
-    try:
-        _served(kube, "monitoring.coreos.com/v1", crd["spec"]["names"]["kind"], deadline_s=60).get(namespace=ns)
+    try:  # one look: the caller polls (a discovery miss refreshes the client's cache)
+        kube.resources.get(api_version="monitoring.coreos.com/v1", kind=crd["spec"]["names"]["kind"]).get(namespace=ns)
         return True
-    except NotFoundError:
+    except (ResourceNotFoundError, NotFoundError):
         return False
 
 
